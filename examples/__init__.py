@@ -1,0 +1,1 @@
+"""Runnable example environments; ``shop`` drives the demo and the tests."""

@@ -1,0 +1,1 @@
+"""The shop example environment: a deterministic cross-border shopping world."""

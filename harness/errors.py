@@ -1,0 +1,70 @@
+"""Exception hierarchy shared by every evoharness package.
+
+One root, :class:`EvoharnessError`, split into misuse (raised at construction, the caller
+must change something) and runtime failures. Control-flow signals are not errors.
+"""
+
+from __future__ import annotations
+
+
+class EvoharnessError(Exception):
+    """Root of every exception raised by evoharness."""
+
+
+class ConfigError(EvoharnessError, ValueError):
+    """Invalid configuration or API misuse, raised at construction time.
+
+    Attributes:
+        field: The option that is wrong, when one option is to blame.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class MissingExtraError(ConfigError, ImportError):
+    """An optional dependency group is not installed.
+
+    Attributes:
+        extra: The extra to install (``redis``, ``langfuse``, ``train``, ...).
+        module: The module that failed to import.
+    """
+
+    def __init__(self, *, extra: str, module: str, feature: str) -> None:
+        self.extra = extra
+        self.module = module
+        super().__init__(
+            f"{feature} needs the optional dependency {module!r}, which is not installed. "
+            f"Install it with: pip install 'evoharness[{extra}]'",
+            field=None,
+        )
+
+
+class HookError(EvoharnessError):
+    """A hook failed and the configured policy says the run must fail.
+
+    Attributes:
+        point: The hook point (``pre_tool_call``, ...).
+        hook: The hook's registered name.
+    """
+
+    def __init__(self, message: str, *, point: str, hook: str) -> None:
+        super().__init__(message)
+        self.point = point
+        self.hook = hook
+
+
+class ScriptExhaustedError(EvoharnessError, RuntimeError):
+    """A :class:`~evoharness.sdk.testing.ScriptedChatModel` was called after its last reply.
+
+    Attributes:
+        calls: How many calls the script answered before running out.
+    """
+
+    def __init__(self, calls: int) -> None:
+        super().__init__(
+            f"ScriptedChatModel ran out of scripted replies after {calls} call(s); "
+            "add replies to the script or pass a policy callable."
+        )
+        self.calls = calls

@@ -1,0 +1,213 @@
+"""The ``evoharness`` command line.
+
+Commands take ``argv`` and return an exit code: 0 on success, 1 when the work failed, 2 for
+bad arguments (one clear line on stderr).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+from importlib.metadata import version
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from evoharness.harness import ConfigError
+from evoharness.sdk.environment import load_environment
+from evoharness.sdk.models import model_factory
+from evoharness.sdk.runner import RunReport, TaskResult, run_tasks, write_results
+
+app = typer.Typer(
+    name="evoharness",
+    help="Run agents inside the evoharness harness and evolve them from their traces.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(
+    help="Benchmarks that compare against a baseline in the same run.", no_args_is_help=True
+)
+app.add_typer(bench_app, name="bench")
+console = Console()
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"evoharness {version('evoharness')}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print version.")
+    ] = False,
+) -> None:
+    """evoharness: a production harness for LangChain agents."""
+
+
+def results_table(title: str, reports: dict[str, RunReport]) -> Table:
+    """A rich table with one column per labelled report."""
+    table = Table(title=title)
+    table.add_column("metric")
+    for label in reports:
+        table.add_column(label, justify="right")
+    rows: list[tuple[str, list[str]]] = [
+        ("tasks", [str(r.tasks) for r in reports.values()]),
+        ("success rate", [f"{r.success_rate:.1%}" for r in reports.values()]),
+        ("mean score", [f"{r.mean_score:.3f}" for r in reports.values()]),
+        ("model calls / task", [f"{r.mean_model_calls:.1f}" for r in reports.values()]),
+        ("tool calls / task", [f"{r.mean_tool_calls:.1f}" for r in reports.values()]),
+        ("tokens / task", [f"{r.mean_tokens:,.0f}" for r in reports.values()]),
+        ("crashed runs", [str(r.errors) for r in reports.values()]),
+    ]
+    kinds = sorted({k for r in reports.values() for k in r.failure_counts})
+    rows += [
+        (f"failure: {k}", [str(r.failure_counts.get(k, 0)) for r in reports.values()])
+        for k in kinds
+    ]
+    events = sorted({k for r in reports.values() for k in r.event_counts})
+    rows += [
+        (f"harness: {k}", [str(r.event_counts.get(k, 0)) for r in reports.values()]) for k in events
+    ]
+    for name, cells in rows:
+        table.add_row(name, *cells)
+    return table
+
+
+def execute_run(
+    *,
+    env_name: str,
+    split: str,
+    model: str,
+    base_url: str | None,
+    api_key_env: str | None,
+    concurrency: int,
+    limit: int | None,
+    faults: str,
+    harness: bool,
+    out: Path | None,
+    label: str,
+) -> tuple[RunReport, list[TaskResult]]:
+    """Run one split with a progress bar; returns the report and per-task results."""
+    env = load_environment(env_name, faults=faults)
+    tasks = list(env.tasks(split))[:limit] if limit else list(env.tasks(split))
+    factory = model_factory(model, env, base_url=base_url, api_key_env=api_key_env)
+    middleware = env.harness_middleware if harness else None
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        bar = progress.add_task(label, total=len(tasks))
+        results = asyncio.run(
+            run_tasks(
+                env,
+                tasks,
+                model_factory=factory,
+                middleware_factory=middleware,
+                concurrency=concurrency,
+                on_result=lambda _: progress.advance(bar),
+            )
+        )
+    if out is not None:
+        write_results(out, results)
+    return RunReport.of(results), results
+
+
+@app.command()
+def run(
+    env: Annotated[str, typer.Option(help="Environment name.")] = "shop",
+    split: Annotated[str, typer.Option(help="Task split: train, val or test.")] = "val",
+    model: Annotated[str, typer.Option(help="'offline' (simulated) or 'openai:<name>'.")] = (
+        "offline"
+    ),
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint.")] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Name of the env var holding the API key.")
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, max=256)] = 8,
+    limit: Annotated[int | None, typer.Option(min=1, help="Run only the first N tasks.")] = None,
+    faults: Annotated[str, typer.Option(help="Fault preset: demo or none.")] = "demo",
+    harness: Annotated[bool, typer.Option(help="Wrap the agent in the harness.")] = True,
+    out: Annotated[Path | None, typer.Option(help="Per-task results JSONL.")] = None,
+) -> None:
+    """Run an environment's split through create_agent and print a results table."""
+    out = out or Path(".evoharness/runs") / f"{env}-{split}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    report, _ = execute_run(
+        env_name=env,
+        split=split,
+        model=model,
+        base_url=base_url,
+        api_key_env=api_key_env,
+        concurrency=concurrency,
+        limit=limit,
+        faults=faults,
+        harness=harness,
+        out=out,
+        label=f"{env}/{split}",
+    )
+    label = "harnessed" if harness else "bare"
+    console.print(results_table(f"{env} · {split} · model={model}", {label: report}))
+    console.print(f"per-task results: {out}")
+
+
+@app.command()
+def demo(
+    limit: Annotated[int | None, typer.Option(min=1, help="Run only the first N tasks.")] = None,
+) -> None:
+    """The main job: the shop val split with the SIMULATED offline policy."""
+    reports: dict[str, RunReport] = {}
+    for harness in (False, True):
+        label = "harnessed" if harness else "bare agent"
+        reports[label], _ = execute_run(
+            env_name="shop",
+            split="val",
+            model="offline",
+            base_url=None,
+            api_key_env=None,
+            concurrency=8,
+            limit=limit,
+            faults="demo",
+            harness=harness,
+            out=Path(".evoharness/runs") / f"demo-{'harnessed' if harness else 'bare'}.jsonl",
+            label=label,
+        )
+    console.print(results_table("shop · val · offline policy (SIMULATED)", reports))
+    console.print(
+        "The offline policy is a simulator with seeded mistakes and injected platform faults; "
+        "these numbers show the machinery working, not how a real model would score."
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: run the CLI on ``argv`` and return the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
+    try:
+        result = app(args=args, prog_name="evoharness", standalone_mode=False)
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        console.print("aborted", style="red")
+        return 130
+    except typer.TyperException as exc:  # click usage errors: bad option, bad value
+        sys.stderr.write(f"evoharness: error: {exc.format_message()}\n")
+        return 2 if exc.exit_code == 2 else 1
+    except ConfigError as exc:
+        sys.stderr.write(f"evoharness: error: {exc}\n")
+        return 2
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,179 @@
+"""Run an environment's tasks concurrently through ``langchain.agents.create_agent``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.errors import GraphRecursionError
+from pydantic import BaseModel, Field
+
+from evoharness.sdk.environment import Environment, TaskSpec
+
+ModelFactory = Callable[[], BaseChatModel]
+MiddlewareFactory = Callable[[], Sequence[AgentMiddleware[Any, Any, Any]]]
+
+
+class TaskResult(BaseModel):
+    """One task's run, as written to the results JSONL."""
+
+    task_id: str
+    success: bool
+    score: float
+    model_calls: int
+    tool_calls: int
+    input_tokens: int
+    output_tokens: int
+    failures: list[str] = Field(default_factory=list)
+    error: str | None = None
+    duration_s: float
+    components: dict[str, float] = Field(default_factory=dict)
+    events: dict[str, int] = Field(default_factory=dict)
+
+
+class RunReport(BaseModel):
+    """Aggregates over a set of task results."""
+
+    tasks: int
+    success_rate: float
+    mean_score: float
+    mean_model_calls: float
+    mean_tool_calls: float
+    mean_tokens: float
+    total_tokens: int
+    errors: int
+    failure_counts: dict[str, int]
+    event_counts: dict[str, int]
+
+    @classmethod
+    def of(cls, results: Sequence[TaskResult]) -> RunReport:
+        """Summarise ``results`` (an empty list gives zeros)."""
+        n = max(len(results), 1)
+        failures: Counter[str] = Counter(f for r in results for f in r.failures)
+        events: Counter[str] = Counter()
+        for r in results:
+            events.update(r.events)
+        tokens = [r.input_tokens + r.output_tokens for r in results]
+        return cls(
+            tasks=len(results),
+            success_rate=sum(r.success for r in results) / n,
+            mean_score=sum(r.score for r in results) / n,
+            mean_model_calls=sum(r.model_calls for r in results) / n,
+            mean_tool_calls=sum(r.tool_calls for r in results) / n,
+            mean_tokens=sum(tokens) / n,
+            total_tokens=sum(tokens),
+            errors=sum(r.error is not None for r in results),
+            failure_counts=dict(failures.most_common()),
+            event_counts=dict(events.most_common()),
+        )
+
+
+def _usage(messages: Sequence[BaseMessage]) -> tuple[int, int, int]:
+    calls = inp = out = 0
+    for m in messages:
+        if isinstance(m, AIMessage):
+            calls += 1
+            if m.usage_metadata:
+                inp += m.usage_metadata["input_tokens"]
+                out += m.usage_metadata["output_tokens"]
+    return calls, inp, out
+
+
+async def run_task(
+    env: Environment,
+    task: TaskSpec,
+    *,
+    model: BaseChatModel,
+    middleware: Sequence[AgentMiddleware[Any, Any, Any]] = (),
+    max_model_calls: int = 40,
+) -> TaskResult:
+    """Run one task to completion and score it; a crash is recorded, never raised."""
+    agent = create_agent(
+        model,
+        env.tools_for(task),
+        system_prompt=env.system_prompt(),
+        middleware=list(middleware),
+        checkpointer=InMemorySaver(),
+    )
+    config: RunnableConfig = {
+        "configurable": {"thread_id": task.task_id},
+        # create_agent allows 9999 graph steps; a round is the model node, the tools node and
+        # one node per middleware hook, so 10 steps per allowed model call bounds any loop.
+        "recursion_limit": 10 * max_model_calls,
+    }
+    started = time.perf_counter()
+    error: str | None = None
+    try:
+        await agent.ainvoke({"messages": [HumanMessage(task.request)]}, config)
+    except GraphRecursionError:
+        error = f"step_limit: more than {max_model_calls} model calls"
+    except Exception as exc:  # the run's crash is data: record it and keep going
+        error = f"{type(exc).__name__}: {exc}"
+    duration = time.perf_counter() - started
+    state = await agent.aget_state(config)
+    messages: list[BaseMessage] = list(state.values.get("messages", []))
+    outcome = env.check(task, messages, error)
+    calls, inp, out = _usage(messages)
+    events = Counter(str(e.get("kind")) for e in state.values.get("harness_events", []))
+    return TaskResult(
+        task_id=task.task_id,
+        success=outcome.success,
+        score=outcome.score,
+        model_calls=calls,
+        tool_calls=sum(len(m.tool_calls) for m in messages if isinstance(m, AIMessage)),
+        input_tokens=inp,
+        output_tokens=out,
+        failures=outcome.failures,
+        error=error,
+        duration_s=round(duration, 4),
+        components=outcome.components,
+        events=dict(events),
+    )
+
+
+async def run_tasks(
+    env: Environment,
+    tasks: Sequence[TaskSpec],
+    *,
+    model_factory: ModelFactory,
+    middleware_factory: MiddlewareFactory | None = None,
+    concurrency: int = 8,
+    max_model_calls: int = 40,
+    on_result: Callable[[TaskResult], None] | None = None,
+) -> list[TaskResult]:
+    """Run ``tasks`` with at most ``concurrency`` in flight; results keep the task order."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(task: TaskSpec) -> TaskResult:
+        async with gate:
+            result = await run_task(
+                env,
+                task,
+                model=model_factory(),
+                middleware=middleware_factory() if middleware_factory else (),
+                max_model_calls=max_model_calls,
+            )
+        if on_result is not None:
+            on_result(result)
+        return result
+
+    return list(await asyncio.gather(*(one(t) for t in tasks)))
+
+
+def write_results(path: Path, results: Sequence[TaskResult]) -> None:
+    """Write one JSON object per task to ``path`` (parents created)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        for r in results:
+            fh.write(json.dumps(r.model_dump(mode="json"), sort_keys=True) + "\n")

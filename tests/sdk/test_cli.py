@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evoharness.sdk.cli import main
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert "evoharness 0." in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["run", "--split", "nope"], "unknown split 'nope'"),
+        (["run", "--bogus"], "No such option"),
+        (["run", "--model", "gpt"], "bad --model"),
+        (["run", "--env", "mars"], "unknown environment 'mars'"),
+        (["run", "--faults", "chaos"], "unknown fault preset"),
+        (["run", "--concurrency", "0"], "--concurrency"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err
+    assert err.count("\n") == 1
+
+
+def test_run_writes_results_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.jsonl"
+    code = main(["run", "--split", "val", "--limit", "5", "--faults", "none", "--out", str(out)])
+    assert code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["task_id"] for r in rows] == [f"shop-val-{i:03d}" for i in range(1, 6)]
+    assert all(r["model_calls"] >= 1 and r["input_tokens"] > 0 for r in rows)
+    assert "success rate" in capsys.readouterr().out

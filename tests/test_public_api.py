@@ -1,0 +1,34 @@
+"""Every public name is exported from its package `__init__`."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+import evoharness.harness as harness
+from evoharness.harness import errors
+
+
+@pytest.mark.parametrize(
+    "package", ["evoharness.sdk", "evoharness.harness", "evoharness.evolve",
+                "evoharness.sdk.testing"]
+)
+def test_all_names_resolve(package: str) -> None:
+    module = importlib.import_module(package)
+    for name in module.__all__:
+        assert hasattr(module, name), f"{package}.__all__ lists missing {name}"
+
+
+def test_every_exception_is_exported() -> None:
+    exceptions = {n for n, o in inspect.getmembers(errors, inspect.isclass)
+                  if issubclass(o, Exception) and o.__module__ == errors.__name__}
+    assert exceptions <= set(harness.__all__)
+
+
+def test_missing_extra_names_the_install_line() -> None:
+    with pytest.raises(harness.MissingExtraError) as err:
+        harness.require_extra("definitely_not_installed_mod", extra="train", feature="Training")
+    assert "pip install 'evoharness[train]'" in str(err.value)
+    assert err.value.extra == "train"

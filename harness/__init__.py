@@ -1,5 +1,20 @@
 """The harness: LangChain ``AgentMiddleware`` implementations and their building blocks."""
 
+from evoharness.harness.breaker import (
+    BreakerBackend,
+    BreakerConfig,
+    BreakerState,
+    InMemoryBreakerBackend,
+    Permit,
+    Transition,
+)
+from evoharness.harness.circuit_breaker import (
+    CircuitBreakerMiddleware,
+    error_result,
+    key_by_arg,
+    key_by_tool,
+)
+from evoharness.harness.drift_check import DriftCheckMiddleware
 from evoharness.harness.errors import (
     ConfigError,
     EvoharnessError,
@@ -7,21 +22,79 @@ from evoharness.harness.errors import (
     MissingExtraError,
     ScriptExhaustedError,
 )
+from evoharness.harness.events import EventLog, HarnessEvent
 from evoharness.harness.extras import require_extra
-from evoharness.harness.tokens import (
-    approx_message_tokens,
-    approx_tokens,
-    message_text,
+from evoharness.harness.hooks import (
+    HOOK_POINTS,
+    Hook,
+    HookContext,
+    HookPoint,
+    HookRegistry,
+    HooksMiddleware,
+    Reject,
+    SessionScope,
+    default_registry,
+    hook,
+    session_scope,
 )
+from evoharness.harness.loop_detection import LoopDetectionMiddleware, detect_loop
+from evoharness.harness.output_guard import (
+    CallableRule,
+    GuardRule,
+    GuardRuleSet,
+    OutputGuardMiddleware,
+)
+from evoharness.harness.stack import HarnessConfig, default_middleware, events_of
+from evoharness.harness.token_budget import TokenBudgetMiddleware, tokens_used
+from evoharness.harness.tokens import approx_message_tokens, approx_tokens, message_text
+from evoharness.harness.tool_guard import PhasePolicy, StepAssertion, ToolGuardMiddleware
 
 __all__ = [
+    "HOOK_POINTS",
+    "BreakerBackend",
+    "BreakerConfig",
+    "BreakerState",
+    "CallableRule",
+    "CircuitBreakerMiddleware",
     "ConfigError",
+    "DriftCheckMiddleware",
+    "EventLog",
     "EvoharnessError",
+    "GuardRule",
+    "GuardRuleSet",
+    "HarnessConfig",
+    "HarnessEvent",
+    "Hook",
+    "HookContext",
     "HookError",
+    "HookPoint",
+    "HookRegistry",
+    "HooksMiddleware",
+    "InMemoryBreakerBackend",
+    "LoopDetectionMiddleware",
     "MissingExtraError",
+    "OutputGuardMiddleware",
+    "Permit",
+    "PhasePolicy",
+    "Reject",
     "ScriptExhaustedError",
+    "SessionScope",
+    "StepAssertion",
+    "TokenBudgetMiddleware",
+    "ToolGuardMiddleware",
+    "Transition",
     "approx_message_tokens",
     "approx_tokens",
+    "default_middleware",
+    "default_registry",
+    "detect_loop",
+    "error_result",
+    "events_of",
+    "hook",
+    "key_by_arg",
+    "key_by_tool",
     "message_text",
     "require_extra",
+    "session_scope",
+    "tokens_used",
 ]

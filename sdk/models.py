@@ -41,7 +41,7 @@ def model_factory(
             extra["api_key"] = api_key
         elif base_url and "OPENAI_API_KEY" not in os.environ:
             extra["api_key"] = "unused"  # local OpenAI-compatible servers ignore the key
-        shared: BaseChatModel = ChatOpenAI(model=name, temperature=0, **extra)  # type: ignore[arg-type]
+        shared: BaseChatModel = ChatOpenAI(model=name, temperature=0, **extra)
     else:
         from langchain.chat_models import init_chat_model
 

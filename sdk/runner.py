@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -19,6 +18,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 from pydantic import BaseModel, Field
 
+from evoharness.harness import events_of
+from evoharness.sdk.agent import create_evo_agent
 from evoharness.sdk.environment import Environment, TaskSpec
 
 ModelFactory = Callable[[], BaseChatModel]
@@ -99,11 +100,12 @@ async def run_task(
     max_model_calls: int = 40,
 ) -> TaskResult:
     """Run one task to completion and score it; a crash is recorded, never raised."""
-    agent = create_agent(
+    middleware = list(middleware)
+    agent = create_evo_agent(
         model,
         env.tools_for(task),
         system_prompt=env.system_prompt(),
-        middleware=list(middleware),
+        middleware=middleware,
         checkpointer=InMemorySaver(),
     )
     config: RunnableConfig = {
@@ -121,11 +123,13 @@ async def run_task(
     except Exception as exc:  # the run's crash is data: record it and keep going
         error = f"{type(exc).__name__}: {exc}"
     duration = time.perf_counter() - started
-    state = await agent.aget_state(config)
+    state = await agent.graph.aget_state(config)
     messages: list[BaseMessage] = list(state.values.get("messages", []))
     outcome = env.check(task, messages, error)
     calls, inp, out = _usage(messages)
-    events = Counter(str(e.get("kind")) for e in state.values.get("harness_events", []))
+    events: Counter[str] = Counter()
+    for log in events_of(middleware):
+        events.update(log.counts())
     return TaskResult(
         task_id=task.task_id,
         success=outcome.success,

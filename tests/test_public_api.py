@@ -12,8 +12,8 @@ from evoharness.harness import errors
 
 
 @pytest.mark.parametrize(
-    "package", ["evoharness.sdk", "evoharness.harness", "evoharness.evolve",
-                "evoharness.sdk.testing"]
+    "package",
+    ["evoharness.sdk", "evoharness.harness", "evoharness.evolve", "evoharness.sdk.testing"],
 )
 def test_all_names_resolve(package: str) -> None:
     module = importlib.import_module(package)
@@ -22,8 +22,11 @@ def test_all_names_resolve(package: str) -> None:
 
 
 def test_every_exception_is_exported() -> None:
-    exceptions = {n for n, o in inspect.getmembers(errors, inspect.isclass)
-                  if issubclass(o, Exception) and o.__module__ == errors.__name__}
+    exceptions = {
+        n
+        for n, o in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(o, Exception) and o.__module__ == errors.__name__
+    }
     assert exceptions <= set(harness.__all__)
 
 

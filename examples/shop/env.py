@@ -15,8 +15,15 @@ from evoharness.examples.shop.checker import check_run
 from evoharness.examples.shop.faults import FaultConfig
 from evoharness.examples.shop.policy import MistakeRates, OfflineShopPolicy
 from evoharness.examples.shop.tasks import ShopTask, load_manifest
-from evoharness.examples.shop.tools import ShopSession
-from evoharness.harness import ConfigError
+from evoharness.examples.shop.tools import TERMINAL_TOOL, ShopSession
+from evoharness.harness import (
+    BreakerBackend,
+    BreakerConfig,
+    ConfigError,
+    HarnessConfig,
+    default_middleware,
+    key_by_arg,
+)
 from evoharness.sdk.environment import Outcome, TaskSpec
 from evoharness.sdk.testing import ScriptedChatModel
 
@@ -39,6 +46,8 @@ class ShopEnvironment:
             ``"none"``, or a :class:`FaultConfig`.
         mistakes: Mistake rates of the SIMULATED offline policy.
         seed: Seeds the fault streams and the offline policy.
+        breaker_backend: Share breaker state across sessions (e.g. Redis); by default each
+            session has its own in-process breakers.
     """
 
     name = "shop"
@@ -49,6 +58,7 @@ class ShopEnvironment:
         faults: str | FaultConfig = "demo",
         mistakes: MistakeRates | None = None,
         seed: int = 0,
+        breaker_backend: BreakerBackend | None = None,
     ) -> None:
         if isinstance(faults, str):
             presets = {"demo": FaultConfig.demo, "none": FaultConfig.none}
@@ -60,6 +70,7 @@ class ShopEnvironment:
         self.faults = faults
         self.mistakes = mistakes or MistakeRates()
         self.seed = seed
+        self.breaker_backend = breaker_backend
         self.manifest = load_manifest()
         self.catalogue: Catalogue = generate_catalogue(self.manifest.catalogue_seed)
 
@@ -99,4 +110,12 @@ class ShopEnvironment:
         return ScriptedChatModel(policy=policy, model_name="offline-shop-policy (simulated)")
 
     def harness_middleware(self) -> list[AgentMiddleware[Any, Any, Any]]:
-        return []
+        """The default harness, tuned for the shop: one breaker per search platform."""
+        config = HarnessConfig(
+            breaker=BreakerConfig(
+                minimum_calls=2, window_size=20, failure_rate_threshold=0.5, open_duration_s=60
+            ),
+            breaker_key=key_by_arg("platform", tools={"item_search"}),
+            terminal_tool=TERMINAL_TOOL,
+        )
+        return default_middleware(config, breaker_backend=self.breaker_backend)

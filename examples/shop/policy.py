@@ -220,7 +220,14 @@ class OfflineShopPolicy:
                 return call("item_search", **search)
             last = tries[-1]
             if last.result is None or last.result.status == "error":
-                looping = self.makes("retry_failing_platform", t) and not t.change_approach
+                circuit_open = last.result is not None and "circuit open" in str(
+                    last.result.content
+                )
+                looping = (
+                    self.makes("retry_failing_platform", t)
+                    and not t.change_approach
+                    and not circuit_open
+                )
                 if looping and len(tries) < self.loop_limit:
                     return call("item_search", **last.args)
                 continue

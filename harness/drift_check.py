@@ -1,0 +1,217 @@
+"""Drift check (post_reflect): is the agent still working on what the user asked?"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal, NotRequired, TypedDict, cast
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
+from langgraph.runtime import Runtime
+
+from evoharness.harness._messages import model_calls, text_of, with_note
+from evoharness.harness.errors import ConfigError
+from evoharness.harness.events import EventLog
+
+Verdict = Literal["normal", "light", "severe"]
+_WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
+_STOP = frozenset(
+    [
+        "the",
+        "and",
+        "for",
+        "with",
+        "from",
+        "that",
+        "this",
+        "you",
+        "your",
+        "are",
+        "can",
+        "please",
+        "need",
+        "only",
+        "any",
+        "including",
+        "nothing",
+        "made",
+    ]
+)
+CHECKER_PROMPT = (
+    "You check whether an agent drifted from the user's request. Answer with exactly one "
+    "word: normal (on track), light (slightly off), or severe (working on something else)."
+)
+
+
+class DriftGuardState(TypedDict, total=False):
+    severe_streak: int
+    hint_for: int
+    hint: str
+    force: bool
+
+
+class DriftState(AgentState[Any]):
+    """State extension: the drift checker's bookkeeping."""
+
+    drift_guard: NotRequired[DriftGuardState]
+
+
+def words(text: str) -> set[str]:
+    """Content words of ``text`` (lower-case, 3+ chars, no stop words; ``_`` splits too)."""
+    found = set(_WORD.findall(text.lower()))
+    return {p for w in found for p in (w, *w.split("_")) if len(p) > 2} - _STOP
+
+
+def overlap(request: str, actions: Sequence[str]) -> float:
+    """Share of the request's content words that appear in the recent actions."""
+    want = words(request)
+    if not want:
+        return 1.0
+    return len(want & words(" ".join(actions))) / len(want)
+
+
+def parse_verdict(text: str) -> Verdict | None:
+    """The first verdict word in a checker's reply, or ``None`` if it gave none."""
+    for w in re.findall(r"[a-z]+", text.lower()):
+        if w in ("normal", "light", "severe"):
+            return cast(Verdict, w)
+    return None
+
+
+class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
+    """Every ``every`` rounds, compare recent actions with the request.
+
+    A cheap rule first: the share of the request's content words that appear in the last
+    ``window`` tool calls. Below ``min_overlap`` the round is suspicious; with a ``checker``
+    model the checker gives the verdict (normal / light / severe), without one a suspicious
+    round counts as light. Light and severe inject a refocus note into the next call;
+    ``severe_limit`` consecutive severe verdicts force the terminal step: the next call gets
+    ``tool_choice`` set to ``terminal_tool``.
+    """
+
+    state_schema = DriftState
+
+    def __init__(
+        self,
+        *,
+        every: int = 3,
+        min_overlap: float = 0.2,
+        window: int = 6,
+        checker: BaseChatModel | None = None,
+        severe_limit: int = 2,
+        terminal_tool: str | None = None,
+        events: EventLog | None = None,
+    ) -> None:
+        super().__init__()
+        if every < 1 or not 0 <= min_overlap <= 1:
+            raise ConfigError("every must be >= 1 and 0 <= min_overlap <= 1", field="every")
+        self.every = every
+        self.min_overlap = min_overlap
+        self.window = window
+        self.checker = checker
+        self.severe_limit = severe_limit
+        self.terminal_tool = terminal_tool
+        self.events = events or EventLog()
+
+    def _suspicion(self, messages: Sequence[AnyMessage]) -> tuple[str, list[str], float] | None:
+        rounds = model_calls(messages)
+        if rounds == 0 or rounds % self.every:
+            return None
+        request = next((text_of(m) for m in messages if isinstance(m, HumanMessage)), "")
+        actions = [
+            f"{c['name']} {' '.join(str(v) for v in c['args'].values())}"
+            for m in messages
+            if isinstance(m, AIMessage)
+            for c in m.tool_calls
+        ]
+        actions = actions[-self.window :]
+        if not actions:
+            return None
+        score = overlap(request, actions)
+        return (request, actions, score) if score < self.min_overlap else None
+
+    def _checker_input(self, request: str, actions: list[str]) -> list[AnyMessage]:
+        return [
+            SystemMessage(CHECKER_PROMPT),
+            HumanMessage(f"User request: {request}\nRecent actions:\n" + "\n".join(actions)),
+        ]
+
+    def _decide(self, state: DriftState, verdict: Verdict, score: float) -> dict[str, Any]:
+        guard = state.get("drift_guard") or {}
+        streak = guard.get("severe_streak", 0) + 1 if verdict == "severe" else 0
+        force = streak >= self.severe_limit and self.terminal_tool is not None
+        self.events.emit(
+            "drift_" + verdict,
+            self.name,
+            overlap=round(score, 3),
+            severe_streak=streak,
+            forced=force,
+        )
+        hint = (
+            "You are drifting from the user's request. Re-read it and work only on it."
+            if not force
+            else f"You have drifted repeatedly. Call {self.terminal_tool} now with what you have."
+        )
+        return {
+            "drift_guard": {
+                "severe_streak": streak,
+                "force": force,
+                "hint": hint,
+                "hint_for": model_calls(state["messages"]),
+            }
+        }
+
+    def after_model(self, state: DriftState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        found = self._suspicion(state["messages"])
+        if found is None:
+            return None
+        request, actions, score = found
+        verdict: Verdict | None = "light"
+        if self.checker is not None:
+            reply = self.checker.invoke(self._checker_input(request, actions))
+            verdict = self._verdict(reply)
+        return self._decide(state, verdict or "light", score)
+
+    async def aafter_model(self, state: DriftState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        found = self._suspicion(state["messages"])
+        if found is None:
+            return None
+        request, actions, score = found
+        verdict: Verdict | None = "light"
+        if self.checker is not None:
+            reply = await self.checker.ainvoke(self._checker_input(request, actions))
+            verdict = self._verdict(reply)
+        return self._decide(state, verdict or "light", score)
+
+    def _verdict(self, reply: Any) -> Verdict | None:
+        verdict = parse_verdict(text_of(reply)) if isinstance(reply, AIMessage) else None
+        if verdict is None:
+            self.events.emit("drift_checker_unparsable", self.name)
+        return verdict
+
+    def _prepare(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        guard = cast(DriftGuardState, request.state.get("drift_guard") or {})
+        if guard.get("hint_for") != model_calls(request.messages):
+            return request
+        request = with_note(request, [guard.get("hint", "")])
+        if guard.get("force") and self.terminal_tool:
+            request = request.override(
+                tool_choice={"type": "function", "function": {"name": self.terminal_tool}}
+            )
+        return request
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        return handler(self._prepare(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        return await handler(self._prepare(request))

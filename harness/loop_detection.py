@@ -1,0 +1,161 @@
+"""Loop detection (post_reflect) with a next-round hint (pre_think) and escalation."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NotRequired, TypedDict, cast
+
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    AgentState,
+    ModelRequest,
+    ModelResponse,
+    hook_config,
+)
+from langchain_core.messages import AIMessage, AnyMessage
+from langgraph.runtime import Runtime
+
+from evoharness.harness._messages import last_ai, model_calls, with_note
+from evoharness.harness.errors import ConfigError
+from evoharness.harness.events import EventLog
+
+
+class LoopGuardState(TypedDict, total=False):
+    warnings: int
+    hint_for: int
+    hint: str
+
+
+class LoopState(AgentState[Any]):
+    """State extension: the loop detector's bookkeeping."""
+
+    loop_guard: NotRequired[LoopGuardState]
+
+
+def _signature(name: str, args: Any) -> str:
+    return f"{name}:{json.dumps(args, sort_keys=True, default=str)}"
+
+
+def detect_loop(messages: Sequence[AnyMessage], *, same_call: int, same_tool: int) -> str | None:
+    """Describe the loop the newest tool calls close, or ``None``.
+
+    A loop is the same tool with the same arguments ``same_call`` times in the history, or
+    the same tool ``same_tool`` times in a row.
+    """
+    calls = [
+        (c["name"], c["args"]) for m in messages if isinstance(m, AIMessage) for c in m.tool_calls
+    ]
+    newest = last_ai(messages)
+    if not calls or newest is None or not newest.tool_calls:
+        return None
+    seen = Counter(_signature(n, a) for n, a in calls)
+    for c in newest.tool_calls:
+        times = seen[_signature(c["name"], c["args"])]
+        if times >= same_call:
+            return f"called {c['name']} with the same arguments {times} times"
+    streak = 0
+    last_name = calls[-1][0]
+    for n, _ in reversed(calls):
+        if n != last_name:
+            break
+        streak += 1
+    if streak >= same_tool:
+        return f"called {last_name} {streak} times in a row"
+    return None
+
+
+class LoopDetectionMiddleware(AgentMiddleware[LoopState, Any, Any]):
+    """Stop agents that repeat themselves.
+
+    After each model reply (post_reflect) it checks the tool-call history. The first
+    ``escalate_after`` detections inject a "change approach / finish with what you have"
+    note into the next model call only (pre_think); the next one ends the run: the looping
+    reply's tool calls are dropped and the agent jumps to the end.
+
+    Args:
+        same_call: Identical (tool, arguments) calls that count as a loop.
+        same_tool: Consecutive calls of one tool that count as a loop.
+        escalate_after: Hints before the run is ended.
+        events: Receives ``loop_hint`` and ``loop_stopped``.
+    """
+
+    state_schema = LoopState
+
+    def __init__(
+        self,
+        *,
+        same_call: int = 3,
+        same_tool: int = 6,
+        escalate_after: int = 2,
+        events: EventLog | None = None,
+    ) -> None:
+        super().__init__()
+        if same_call < 2 or same_tool < 2:
+            raise ConfigError("same_call and same_tool must be at least 2", field="same_call")
+        self.same_call = same_call
+        self.same_tool = same_tool
+        self.escalate_after = escalate_after
+        self.events = events or EventLog()
+
+    def reflect(self, state: LoopState) -> dict[str, Any] | None:
+        """The post_reflect decision: ``None``, a hint for the next call, or an end jump."""
+        messages = state["messages"]
+        found = detect_loop(messages, same_call=self.same_call, same_tool=self.same_tool)
+        if found is None:
+            return None
+        guard = state.get("loop_guard") or {}
+        warnings = guard.get("warnings", 0) + 1
+        newest = last_ai(messages)
+        assert newest is not None  # detect_loop found tool calls on it
+        if warnings > self.escalate_after:
+            self.events.emit("loop_stopped", self.name, detail=found, warnings=warnings - 1)
+            stopped = AIMessage(
+                id=newest.id,
+                content=f"Stopping: the agent {found} despite {warnings - 1} warning(s). "
+                "Ending the run with what it has.",
+                usage_metadata=newest.usage_metadata,
+                response_metadata=newest.response_metadata,
+            )
+            return {
+                "messages": [stopped],
+                "loop_guard": {**guard, "warnings": warnings},
+                "jump_to": "end",
+            }
+        self.events.emit("loop_hint", self.name, detail=found, warnings=warnings)
+        hint = (
+            f"You have {found}. This is not working: change approach (another tool, "
+            "platform or arguments), or finish with what you have."
+        )
+        return {
+            "loop_guard": {"warnings": warnings, "hint_for": model_calls(messages), "hint": hint}
+        }
+
+    @hook_config(can_jump_to=["end"])
+    def after_model(self, state: LoopState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self.reflect(state)
+
+    @hook_config(can_jump_to=["end"])
+    async def aafter_model(self, state: LoopState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self.reflect(state)
+
+    def _hinted(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        guard = cast(LoopGuardState, request.state.get("loop_guard") or {})
+        if guard.get("hint_for") == model_calls(request.messages) and guard.get("hint"):
+            return with_note(request, [guard["hint"]])
+        return request
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        return handler(self._hinted(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        return await handler(self._hinted(request))

@@ -1,0 +1,99 @@
+"""The default harness stack, composed with LangChain's own middleware."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, ToolErrorMiddleware
+from langchain.agents.middleware.types import ToolCallRequest
+from pydantic import BaseModel, ConfigDict, Field
+
+from evoharness.harness.breaker import BreakerBackend, BreakerConfig
+from evoharness.harness.circuit_breaker import CircuitBreakerMiddleware, KeyFn, key_by_tool
+from evoharness.harness.drift_check import DriftCheckMiddleware
+from evoharness.harness.events import EventLog
+from evoharness.harness.hooks import HookRegistry, HooksMiddleware
+from evoharness.harness.loop_detection import LoopDetectionMiddleware
+from evoharness.harness.output_guard import GuardRuleSet, OutputGuardMiddleware
+from evoharness.harness.token_budget import TokenBudgetMiddleware
+from evoharness.harness.tool_guard import PhasePolicy, ToolGuardMiddleware
+
+
+class HarnessConfig(BaseModel):
+    """Options of :func:`default_middleware`; ``None`` turns a behaviour off."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    breaker: BreakerConfig | None = Field(default_factory=BreakerConfig)
+    breaker_key: KeyFn = key_by_tool
+    max_result_chars: int | None = 8_000
+    phases: PhasePolicy | None = None
+    loop_same_call: int = 3
+    loop_same_tool: int = 6
+    loop_escalate_after: int = 2
+    budget_tokens: int | None = None
+    drift_every: int | None = 3
+    terminal_tool: str | None = None
+    guard_rules: GuardRuleSet | None = None
+
+
+def tool_error_text(exc: Exception, request: ToolCallRequest) -> str:
+    """What the model sees when a tool raises: the tool and the exception type, briefly."""
+    detail = str(exc).splitlines()[0][:200] if str(exc) else ""
+    name = request.tool_call["name"]
+    return f"Tool {name} failed ({type(exc).__name__}{': ' + detail if detail else ''})."
+
+
+def default_middleware(
+    config: HarnessConfig | None = None,
+    *,
+    events: EventLog | None = None,
+    hooks: HookRegistry | None = None,
+    breaker_backend: BreakerBackend | None = None,
+) -> list[AgentMiddleware[Any, Any, Any]]:
+    """The full harness, outermost first.
+
+    Order matters: hooks and governance run before the breaker (a refused call never
+    touches a circuit); the breaker sits outside LangChain's ``ToolErrorMiddleware`` so a
+    tool exception is turned into an error observation (the run goes on) and still counts
+    as a breaker failure. All behaviours share ``events``.
+    """
+    c = config or HarnessConfig()
+    log = events or EventLog()
+    stack: list[AgentMiddleware[Any, Any, Any]] = [
+        HooksMiddleware(hooks or HookRegistry(), events=log),
+        LoopDetectionMiddleware(
+            same_call=c.loop_same_call,
+            same_tool=c.loop_same_tool,
+            escalate_after=c.loop_escalate_after,
+            events=log,
+        ),
+    ]
+    if c.drift_every is not None:
+        stack.append(
+            DriftCheckMiddleware(every=c.drift_every, terminal_tool=c.terminal_tool, events=log)
+        )
+    if c.budget_tokens is not None:
+        stack.append(TokenBudgetMiddleware(budget_tokens=c.budget_tokens, events=log))
+    stack.append(OutputGuardMiddleware(rules=c.guard_rules, events=log))
+    stack.append(
+        ToolGuardMiddleware(phases=c.phases, max_result_chars=c.max_result_chars, events=log)
+    )
+    if c.breaker is not None or breaker_backend is not None:
+        stack.append(
+            CircuitBreakerMiddleware(
+                config=c.breaker, backend=breaker_backend, key=c.breaker_key, events=log
+            )
+        )
+    stack.append(ToolErrorMiddleware(on_error=tool_error_text))
+    return stack
+
+
+def events_of(middleware: list[AgentMiddleware[Any, Any, Any]]) -> list[EventLog]:
+    """The distinct event logs used by a middleware list."""
+    logs: dict[int, EventLog] = {}
+    for m in middleware:
+        log = getattr(m, "events", None)
+        if isinstance(log, EventLog):
+            logs[id(log)] = log
+    return list(logs.values())

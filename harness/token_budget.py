@@ -1,0 +1,106 @@
+"""Per-session token budget with tiers (pre_think hints from reported usage)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal
+
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain_core.messages import AIMessage, AnyMessage
+
+from evoharness.harness._messages import with_note
+from evoharness.harness.errors import ConfigError
+from evoharness.harness.events import EventLog
+from evoharness.harness.tokens import approx_message_tokens
+
+Tier = Literal["normal", "tight", "minimal"]
+
+DEFAULT_HINTS: dict[Tier, str] = {
+    "normal": "",
+    "tight": "Token budget is getting tight: avoid broad searches and repeated calls; "
+    "move towards the answer.",
+    "minimal": "Token budget nearly exhausted: conclude now with what you have (call the "
+    "final tool or answer directly).",
+}
+
+
+def tokens_used(messages: Sequence[AnyMessage]) -> int:
+    """Tokens spent so far: provider-reported usage, else the approximation per reply."""
+    used = 0
+    for m in messages:
+        if isinstance(m, AIMessage):
+            if m.usage_metadata:
+                used += m.usage_metadata["total_tokens"]
+            else:
+                used += approx_message_tokens([m])
+    return used
+
+
+class TokenBudgetMiddleware(AgentMiddleware[Any, Any, Any]):
+    """Tell the model how much budget is left, by tier, before each call.
+
+    Args:
+        budget_tokens: Total tokens (prompt + completion, all calls) for one session.
+        tight_at: Share of the budget at which the ``tight`` tier starts.
+        minimal_at: Share at which ``minimal`` starts (the model is told to conclude).
+        hints: Override the text per tier.
+        events: Receives ``budget_tier`` when the tier changes.
+    """
+
+    def __init__(
+        self,
+        *,
+        budget_tokens: int,
+        tight_at: float = 0.6,
+        minimal_at: float = 0.85,
+        hints: dict[Tier, str] | None = None,
+        events: EventLog | None = None,
+    ) -> None:
+        super().__init__()
+        if budget_tokens <= 0 or not 0 < tight_at < minimal_at <= 1:
+            raise ConfigError(
+                "need budget_tokens > 0 and 0 < tight_at < minimal_at <= 1", field="budget"
+            )
+        self.budget_tokens = budget_tokens
+        self.tight_at = tight_at
+        self.minimal_at = minimal_at
+        self.hints = {**DEFAULT_HINTS, **(hints or {})}
+        self.events = events or EventLog()
+
+    def tier(self, used: int) -> Tier:
+        """The tier for ``used`` tokens."""
+        share = used / self.budget_tokens
+        if share >= self.minimal_at:
+            return "minimal"
+        return "tight" if share >= self.tight_at else "normal"
+
+    def _prepare(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        messages = request.messages
+        used = tokens_used(messages)
+        tier = self.tier(used)
+        prior = [m for m in messages if isinstance(m, AIMessage)]
+        before = self.tier(used - tokens_used(prior[-1:])) if prior else "normal"
+        if tier != before:
+            self.events.emit(
+                "budget_tier", self.name, tier=tier, used=used, budget=self.budget_tokens
+            )
+        if tier == "normal":
+            return request
+        left = max(self.budget_tokens - used, 0)
+        return with_note(
+            request, [f"{self.hints[tier]} ({left} of {self.budget_tokens} tokens left)"]
+        )
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        return handler(self._prepare(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        return await handler(self._prepare(request))

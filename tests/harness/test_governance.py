@@ -1,0 +1,238 @@
+"""Tool guard, loop detection, token budget, drift check and output guard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import tool
+
+from evoharness.harness import (
+    ConfigError,
+    DriftCheckMiddleware,
+    EventLog,
+    GuardRule,
+    GuardRuleSet,
+    LoopDetectionMiddleware,
+    OutputGuardMiddleware,
+    PhasePolicy,
+    StepAssertion,
+    TokenBudgetMiddleware,
+    ToolGuardMiddleware,
+    detect_loop,
+)
+from evoharness.sdk.testing import ScriptedChatModel
+
+
+@tool
+def search(platform: str, limit: int = 5) -> str:
+    """Search listings."""
+    return f"{platform}:" + "x" * (limit * 100)
+
+
+@tool
+def finish(text: str) -> str:
+    """Final answer."""
+    return text
+
+
+def tool_msgs(out: dict[str, Any]) -> list[ToolMessage]:
+    return [m for m in out["messages"] if isinstance(m, ToolMessage)]
+
+
+# -- tool guard ------------------------------------------------------------------------------
+def test_unknown_tool_lists_available_tools(run: Any, call: Any) -> None:
+    events = EventLog()
+    model = ScriptedChatModel(script=[call("find_deals", {}, "c1"), "ok"])
+    agent = create_agent(model, [search, finish], middleware=[ToolGuardMiddleware(events=events)])
+    (msg,) = tool_msgs(run(agent, {"messages": [HumanMessage("x")]}))
+    assert msg.content.startswith("Unknown tool 'find_deals'. Available tools: finish, search.")
+    assert events.of_kind("tool_rejected")[0].data["reason"] == "unknown_tool"
+
+
+def test_invalid_args_name_the_field(run: Any, call: Any) -> None:
+    model = ScriptedChatModel(
+        script=[call("search", {"platform": "a", "limit": "many"}, "c1"), "ok"]
+    )
+    agent = create_agent(model, [search], middleware=[ToolGuardMiddleware()])
+    (msg,) = tool_msgs(run(agent, {"messages": [HumanMessage("x")]}))
+    assert "Invalid arguments for search: field 'limit'" in msg.content
+    assert msg.status == "error"
+
+
+def test_truncation_filter_and_assertions(run: Any, call: Any) -> None:
+    events = EventLog()
+    guard = ToolGuardMiddleware(
+        max_result_chars=300,
+        content_filter=lambda name, text: text.replace("ebay", "[platform]"),
+        assertions=[
+            StepAssertion(
+                "short",
+                "search",
+                lambda args, text: len(text) < 100,
+                "results too long",
+                annotate=True,
+            )
+        ],
+        events=events,
+    )
+    model = ScriptedChatModel(
+        script=[call("search", {"platform": "ebay", "limit": 40}, "c1"), "ok"]
+    )
+    agent = create_agent(model, [search], middleware=[guard])
+    (msg,) = tool_msgs(run(agent, {"messages": [HumanMessage("x")]}))
+    assert msg.content.startswith("[platform]:xxx")
+    assert "[truncated: showing 300 of 4011 characters" in msg.content
+    assert msg.content.endswith("[check failed: results too long]")
+    assert set(events.counts()) == {"content_filtered", "result_truncated", "assertion_violated"}
+
+
+def test_phases_gate_tools_and_advance(run: Any, call: Any) -> None:
+    phases = PhasePolicy(
+        initial="search",
+        phases={"search": ["search"], "done": ["finish"]},
+        advance={"search": "done"},
+    )
+    model = ScriptedChatModel(
+        script=[
+            call("finish", {"text": "early"}, "c1"),
+            call("search", {"platform": "a"}, "c2"),
+            call("search", {"platform": "b"}, "c3"),
+            call("finish", {"text": "done"}, "c4"),
+            "bye",
+        ]
+    )
+    agent = create_agent(model, [search, finish], middleware=[ToolGuardMiddleware(phases=phases)])
+    out = run(agent, {"messages": [HumanMessage("x")]})
+    msgs = tool_msgs(out)
+    assert "not allowed in phase 'search'" in msgs[0].content
+    assert msgs[1].status == "success"
+    assert "not allowed in phase 'done'" in msgs[2].content
+    assert msgs[3].content == "done"
+    assert out["phase"] == "done"
+    with pytest.raises(ValueError, match="undefined phases"):
+        PhasePolicy(initial="nope", phases={"a": ["*"]})
+
+
+# -- loop detection --------------------------------------------------------------------------
+def test_detect_loop_rules(call: Any) -> None:
+    same = [call("search", {"platform": "a"}, f"c{i}") for i in range(3)]
+    assert "same arguments 3 times" in (detect_loop(same, same_call=3, same_tool=9) or "")
+    varied = [call("search", {"platform": str(i)}, f"c{i}") for i in range(4)]
+    assert detect_loop(varied, same_call=3, same_tool=4) == "called search 4 times in a row"
+    assert detect_loop(varied, same_call=3, same_tool=5) is None
+
+
+def test_loop_hint_then_stop(run: Any, call: Any) -> None:
+    events = EventLog()
+    script = [call("search", {"platform": "a"}, f"c{i}") for i in range(10)]
+    model = ScriptedChatModel(script=script)
+    agent = create_agent(
+        model,
+        [search],
+        middleware=[LoopDetectionMiddleware(same_call=3, escalate_after=2, events=events)],
+    )
+    out = run(agent, {"messages": [HumanMessage("x")]})
+    assert events.counts() == {"loop_hint": 2, "loop_stopped": 1}
+    assert len(model.calls) == 5  # stopped at the 5th identical call
+    final = out["messages"][-1]
+    assert isinstance(final, AIMessage) and not final.tool_calls
+    assert final.content.startswith("Stopping: the agent called search")
+    hinted = [c for c in model.calls if "change approach" in str(c[-1].content)]
+    assert len(hinted) == 2 and all(isinstance(c[-1], SystemMessage) for c in hinted)
+    assert not any("change approach" in str(m.content) for m in out["messages"])
+
+
+# -- token budget ----------------------------------------------------------------------------
+def test_budget_tiers_and_hints(run: Any, call: Any) -> None:
+    events = EventLog()
+    script = [call("search", {"platform": str(i)}, f"c{i}") for i in range(4)] + ["done"]
+    model = ScriptedChatModel(script=script, token_counter=lambda msgs: 50)
+    agent = create_agent(
+        model,
+        [search],
+        middleware=[
+            TokenBudgetMiddleware(budget_tokens=400, tight_at=0.5, minimal_at=0.75, events=events)
+        ],
+    )
+    run(agent, {"messages": [HumanMessage("x")]})
+    # each call reports 100 tokens: before calls 1..5 used = 0,100,200,300,400
+    notes = [str(c[-1].content) if isinstance(c[-1], SystemMessage) else "" for c in model.calls]
+    assert notes[:2] == ["", ""]
+    assert "getting tight" in notes[2]
+    assert "conclude now" in notes[3] and "conclude now" in notes[4]
+    assert [e.data["tier"] for e in events.of_kind("budget_tier")] == ["tight", "minimal"]
+
+
+# -- drift check -----------------------------------------------------------------------------
+def test_severe_drift_forces_terminal_tool(run: Any, call: Any) -> None:
+    events = EventLog()
+    checker = ScriptedChatModel(policy=lambda msgs: "SEVERE: off topic")
+    script = [call("search", {"platform": f"weather{i}"}, f"c{i}") for i in range(4)] + ["x"]
+    model = ScriptedChatModel(script=script)
+    agent = create_agent(
+        model,
+        [search, finish],
+        middleware=[
+            DriftCheckMiddleware(
+                every=1,
+                min_overlap=0.5,
+                checker=checker,
+                severe_limit=2,
+                terminal_tool="finish",
+                events=events,
+            )
+        ],
+    )
+    run(agent, {"messages": [HumanMessage("buy a kettle under budget")]})
+    kinds = [e.kind for e in events.events]
+    assert kinds[:2] == ["drift_severe", "drift_severe"]
+    assert events.events[1].data["forced"] is True
+    assert "Call finish now" in str(model.calls[2][-1].content)
+
+
+def test_unparsable_checker_counts_as_light(call: Any) -> None:
+    events = EventLog()
+    mw = DriftCheckMiddleware(
+        every=1, checker=ScriptedChatModel(policy=lambda m: "¯\\_(ツ)_/¯"), events=events
+    )
+    state: Any = {
+        "messages": [HumanMessage("buy a kettle"), call("search", {"platform": "weather"}, "c1")]
+    }
+    update = mw.after_model(state, runtime=None)  # type: ignore[arg-type]
+    assert update is not None and update["drift_guard"]["hint"].startswith("You are drifting")
+    assert [e.kind for e in events.events] == ["drift_checker_unparsable", "drift_light"]
+
+
+# -- output guard ----------------------------------------------------------------------------
+def test_output_guard_redacts_blocks_and_reloads(tmp_path: Path, run: Any) -> None:
+    path = tmp_path / "rules.json"
+    GuardRuleSet(version=1, rules=(GuardRule(name="ids", pattern=r"INT-\d+"),)).save(path)
+    events = EventLog()
+    guard = OutputGuardMiddleware(rules_path=path, events=events)
+    agent = create_agent(
+        ScriptedChatModel(policy=lambda m: "order INT-42 is ready"), [], middleware=[guard]
+    )
+    out = run(agent, {"messages": [HumanMessage("x")]})
+    assert out["messages"][-1].content == "order [redacted] is ready"
+    GuardRuleSet(
+        version=2, rules=(GuardRule(name="no-orders", pattern="order", action="block"),)
+    ).save(path)
+    import os
+
+    os.utime(path, (1, 1))  # make sure the mtime differs from the first write
+    out = run(agent, {"messages": [HumanMessage("x")]})
+    assert "blocked by output rule no-orders" in out["messages"][-1].content
+    assert [(e.kind, e.data["version"]) for e in events.events] == [
+        ("guard_redacted", 1),
+        ("guard_blocked", 2),
+    ]
+    with pytest.raises(ConfigError, match="cannot load guard rules"):
+        path.write_text("{not json")
+        os.utime(path, (2, 2))
+        OutputGuardMiddleware(rules_path=path)
+    with pytest.raises(ValueError, match="invalid regex"):
+        GuardRule(name="bad", pattern="(")

@@ -1,0 +1,145 @@
+"""The Redis backend against a real Redis server (mandatory in CI)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from evoharness.harness import BreakerConfig, EventLog
+from evoharness.harness.redis_breaker import RedisBreakerBackend
+
+CFG = BreakerConfig(
+    minimum_calls=4, window_size=1000, failure_rate_threshold=0.5, open_duration_s=60
+)
+
+
+def test_two_processes_share_state(redis_url: str, redis_prefix: str) -> None:
+    a = RedisBreakerBackend(CFG, url=redis_url, prefix=redis_prefix)
+    for _ in range(4):
+        a.acquire("item_search:shopee")
+        a.record("item_search:shopee", failure=True)
+    assert a.state("item_search:shopee") == "open"
+    code = (
+        "from evoharness.harness import BreakerConfig;"
+        "from evoharness.harness.redis_breaker import RedisBreakerBackend;"
+        f"b = RedisBreakerBackend(BreakerConfig(open_duration_s=60), url={redis_url!r}, "
+        f"prefix={redis_prefix!r});"
+        "p, _ = b.acquire('item_search:shopee'); print(p.allowed, p.state, round(p.retry_after_s))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out[:2] == ["False", "open"]
+    assert 55 <= int(out[2]) <= 60
+
+
+def test_fifty_concurrent_sessions_lose_no_counts(redis_url: str, redis_prefix: str) -> None:
+    cfg = BreakerConfig(minimum_calls=10_000, window_size=10_000)
+    per_session = 20
+
+    def session(i: int) -> None:
+        b = RedisBreakerBackend(cfg, url=redis_url, prefix=redis_prefix)
+        for n in range(per_session):
+            b.acquire("k")
+            b.record("k", failure=(n % 4 == 0))
+
+    threads = [threading.Thread(target=session, args=(i,)) for i in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check = RedisBreakerBackend(cfg, url=redis_url, prefix=redis_prefix)
+    assert check.window("k") == (50 * per_session, 50 * per_session // 4)
+
+
+def test_half_open_probe_limit_is_global(redis_url: str, redis_prefix: str) -> None:
+    cfg = BreakerConfig(minimum_calls=2, failure_rate_threshold=0.5, open_duration_s=0.2)
+    a = RedisBreakerBackend(cfg, url=redis_url, prefix=redis_prefix)
+    b = RedisBreakerBackend(cfg, url=redis_url, prefix=redis_prefix)
+    a.record("k", failure=True)
+    a.record("k", failure=True)
+    time.sleep(0.25)
+    first, moved = a.acquire("k")
+    second, _ = b.acquire("k")
+    assert first.allowed and first.state == "half_open" and moved[0].to_state == "half_open"
+    assert not second.allowed
+    assert b.record("k", failure=False)[0].to_state == "closed"
+    assert a.state("k") == "closed"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_redis(port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("redis-server did not start")
+
+
+@pytest.fixture
+def own_redis(redis_url: str) -> Iterator[dict[str, Any]]:
+    """A private redis-server on a free port, which the test may kill and restart."""
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server binary is needed to test outages (apt-get install redis-server)")
+    port = _free_port()
+    box: dict[str, Any] = {"port": port, "proc": _start_redis(port)}
+    yield box
+    box["proc"].kill()
+    box["proc"].wait()
+
+
+def test_outage_falls_back_locally_then_resyncs(own_redis: dict[str, Any]) -> None:
+    url = f"redis://127.0.0.1:{own_redis['port']}/0"
+    events = EventLog()
+    b = RedisBreakerBackend(CFG, url=url, prefix="t:", events=events, retry_interval_s=0.05)
+    b.record("k", failure=False)
+    own_redis["proc"].kill()
+    own_redis["proc"].wait()
+    # Redis is gone: the breaker keeps deciding on local state and says so.
+    for _ in range(4):
+        permit, _ = b.acquire("k")
+        assert permit.allowed
+        b.record("k", failure=True)
+    assert b.degraded
+    assert b.state("k") == "open"  # opened locally during the outage
+    assert events.counts()["breaker_backend_degraded"] == 1
+    own_redis["proc"] = _start_redis(own_redis["port"])  # back, but empty (no persistence)
+    time.sleep(0.06)
+    assert b.state("k") == "open"  # resync re-opened the circuit in Redis
+    assert not b.degraded
+    (restored,) = events.of_kind("breaker_backend_restored")
+    assert restored.data["replayed"] == 4
+    assert restored.data["reopened"] == ["k"]
+    other = RedisBreakerBackend(CFG, url=url, prefix="t:")
+    assert other.state("k") == "open"  # every instance sees the resynchronised state

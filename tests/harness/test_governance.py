@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -221,7 +222,6 @@ def test_output_guard_redacts_blocks_and_reloads(tmp_path: Path, run: Any) -> No
     GuardRuleSet(
         version=2, rules=(GuardRule(name="no-orders", pattern="order", action="block"),)
     ).save(path)
-    import os
 
     os.utime(path, (1, 1))  # make sure the mtime differs from the first write
     out = run(agent, {"messages": [HumanMessage("x")]})
@@ -230,9 +230,8 @@ def test_output_guard_redacts_blocks_and_reloads(tmp_path: Path, run: Any) -> No
         ("guard_redacted", 1),
         ("guard_blocked", 2),
     ]
+    path.write_text("{not json")
     with pytest.raises(ConfigError, match="cannot load guard rules"):
-        path.write_text("{not json")
-        os.utime(path, (2, 2))
         OutputGuardMiddleware(rules_path=path)
     with pytest.raises(ValueError, match="invalid regex"):
         GuardRule(name="bad", pattern="(")

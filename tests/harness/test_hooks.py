@@ -162,11 +162,15 @@ def test_session_end_runs_even_when_run_raises(mode: str, call: Any) -> None:
         checkpointer=InMemorySaver(),
     )
     config = {"configurable": {"thread_id": "t1"}}
-    with pytest.raises(RuntimeError, match="tool exploded"):
+    payload = {"messages": [HumanMessage("x")]}
+
+    def go() -> Any:
         if mode == "invoke":
-            agent.invoke({"messages": [HumanMessage("x")]}, config)
-        else:
-            asyncio.run(agent.ainvoke({"messages": [HumanMessage("x")]}, config))
+            return agent.invoke(payload, config)
+        return asyncio.run(agent.ainvoke(payload, config))
+
+    with pytest.raises(RuntimeError, match="tool exploded"):
+        go()
     assert ended == [(2, "RuntimeError")]  # ran once, saw the checkpointed state
 
 

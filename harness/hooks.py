@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -172,9 +173,17 @@ def _run_coro_sync(coro: Awaitable[Any]) -> Any:
 class HooksMiddleware(AgentMiddleware[Any, Any, Any]):
     """Runs a :class:`HookRegistry`'s hooks at the six points.
 
+    Register node-point hooks (on_session_start, post_reflect, on_session_end) before
+    constructing the middleware: only points that have hooks then get a graph node.
+
     Hook failures are isolated by default: recorded as ``hook_failed`` events and the run
     goes on. With ``failure_policy="raise"`` a failing hook raises :class:`HookError`.
     """
+
+    def __new__(cls, registry: HookRegistry, **_: Any) -> HooksMiddleware:
+        points = frozenset(p for p in _SLOTS if registry.at(p))
+        target = _with_slots(points) if cls is HooksMiddleware else cls
+        return super().__new__(target)
 
     def __init__(
         self,
@@ -245,30 +254,6 @@ class HooksMiddleware(AgentMiddleware[Any, Any, Any]):
     async def _anode(self, point: str, state: Any, runtime: Any) -> dict[str, Any] | None:
         ctx = HookContext(point, state, runtime)
         return self._merge([await self._acall(h, ctx) for h in self.registry.at(point)])
-
-    def before_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self._node("on_session_start", state, runtime)
-
-    async def abefore_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return await self._anode("on_session_start", state, runtime)
-
-    def after_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self._node("post_reflect", state, runtime)
-
-    async def aafter_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return await self._anode("post_reflect", state, runtime)
-
-    def after_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        scope = _SCOPE.get()
-        if scope is not None:
-            scope.ended = True
-        return self._node("on_session_end", state, runtime)
-
-    async def aafter_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        scope = _SCOPE.get()
-        if scope is not None:
-            scope.ended = True
-        return await self._anode("on_session_end", state, runtime)
 
     def end_session(self, state: Any, error: BaseException | None) -> None:
         """Run on_session_end from the SDK's ``finally`` when LangChain skipped after_agent."""
@@ -379,3 +364,51 @@ class HooksMiddleware(AgentMiddleware[Any, Any, Any]):
             )
             result = self._post(result, await self._acall(h, ctx))
         return result
+
+
+class _NodeSlots:
+    """Node hooks, attached per instance only for points that have hooks (see __new__).
+
+    Every node hook is a graph node that costs time on every round even when it does
+    nothing, so a registry without post_reflect hooks adds no after_model node.
+    """
+
+    _node: Callable[..., dict[str, Any] | None]
+    _anode: Callable[..., Awaitable[dict[str, Any] | None]]
+
+    def before_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self._node("on_session_start", state, runtime)
+
+    async def abefore_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return await self._anode("on_session_start", state, runtime)
+
+    def after_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self._node("post_reflect", state, runtime)
+
+    async def aafter_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return await self._anode("post_reflect", state, runtime)
+
+    def after_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        scope = _SCOPE.get()
+        if scope is not None:
+            scope.ended = True
+        return self._node("on_session_end", state, runtime)
+
+    async def aafter_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        scope = _SCOPE.get()
+        if scope is not None:
+            scope.ended = True
+        return await self._anode("on_session_end", state, runtime)
+
+
+_SLOTS = {
+    "on_session_start": ("before_agent", "abefore_agent"),
+    "post_reflect": ("after_model", "aafter_model"),
+    "on_session_end": ("after_agent", "aafter_agent"),
+}
+
+
+@functools.cache
+def _with_slots(points: frozenset[str]) -> type[HooksMiddleware]:
+    attrs = {m: _NodeSlots.__dict__[m] for p in points for m in _SLOTS[p]}
+    return type("HooksMiddleware", (HooksMiddleware,), attrs)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NotRequired, TypedDict, cast
 
@@ -34,25 +32,21 @@ class LoopState(AgentState[Any]):
     loop_guard: NotRequired[LoopGuardState]
 
 
-def _signature(name: str, args: Any) -> str:
-    return f"{name}:{json.dumps(args, sort_keys=True, default=str)}"
-
-
 def detect_loop(messages: Sequence[AnyMessage], *, same_call: int, same_tool: int) -> str | None:
     """Describe the loop the newest tool calls close, or ``None``.
 
     A loop is the same tool with the same arguments ``same_call`` times in the history, or
     the same tool ``same_tool`` times in a row.
     """
+    newest = last_ai(messages)
+    if newest is None or not newest.tool_calls:
+        return None
+    # One pass of cheap name/dict comparisons: this runs after every model reply.
     calls = [
         (c["name"], c["args"]) for m in messages if isinstance(m, AIMessage) for c in m.tool_calls
     ]
-    newest = last_ai(messages)
-    if not calls or newest is None or not newest.tool_calls:
-        return None
-    seen = Counter(_signature(n, a) for n, a in calls)
     for c in newest.tool_calls:
-        times = seen[_signature(c["name"], c["args"])]
+        times = sum(1 for n, a in calls if n == c["name"] and a == c["args"])
         if times >= same_call:
             return f"called {c['name']} with the same arguments {times} times"
     streak = 0

@@ -82,7 +82,8 @@ redis.call('EXPIRE', w, ttl)
 local fails = redis.call('HINCRBY', h, 'failures', failure)
 local n = redis.call('LLEN', w)
 if n > size then
-  fails = redis.call('HINCRBY', h, 'failures', -tonumber(redis.call('LPOP', w)))
+  -- Redis rejects "-0" as an integer argument, so only decrement for a failure
+  if tonumber(redis.call('LPOP', w)) == 1 then fails = redis.call('HINCRBY', h, 'failures', -1) end
   n = n - 1
 end
 if n >= min_calls and fails / n >= threshold then

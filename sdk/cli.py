@@ -190,6 +190,23 @@ def demo(
     )
 
 
+@bench_app.command("overhead")
+def bench_overhead(
+    rounds: Annotated[int, typer.Option(min=1)] = 50,
+    reps: Annotated[int, typer.Option(min=1)] = 20,
+) -> None:
+    """Bare create_agent vs. the full harness on a scripted tool loop."""
+    from evoharness.sdk.benchmarks import overhead
+
+    overhead.run(rounds=rounds, reps=reps, echo=console.print)
+
+
+@bench_app.command("all")
+def bench_all() -> None:
+    """Every benchmark, one after another."""
+    bench_overhead(rounds=50, reps=20)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: run the CLI on ``argv`` and return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]

@@ -1,0 +1,1 @@
+"""Benchmarks runnable from the CLI (``evoharness bench ...``); ``bench/`` holds wrappers."""

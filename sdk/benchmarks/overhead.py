@@ -1,0 +1,119 @@
+"""``evoharness bench overhead``: bare ``create_agent`` vs. the full default harness.
+
+A 50-round tool loop driven by ``ScriptedChatModel`` (so the model costs ~nothing and the
+harness's own cost is what remains), both agents run interleaved, medians compared. Also
+measures the breaker decision (acquire + record) in-process and, when a Redis answers,
+against Redis (two round trips per tool call).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, StructuredTool
+
+from evoharness.harness import (
+    BreakerConfig,
+    HarnessConfig,
+    InMemoryBreakerBackend,
+    default_middleware,
+)
+from evoharness.sdk.testing import ScriptedChatModel
+
+TOOLS = ("lookup", "price", "stock", "ship")
+
+
+def _tools() -> list[BaseTool]:
+    def make(name: str) -> BaseTool:
+        def fn(item: str) -> str:
+            return f"{name}({item}) = ok"
+
+        return StructuredTool.from_function(func=fn, name=name, description=f"{name} an item")
+
+    return [make(n) for n in TOOLS]
+
+
+def loop_policy(rounds: int) -> Callable[[list[BaseMessage]], AIMessage]:
+    """A policy calling the tools round-robin with fresh arguments for ``rounds`` rounds."""
+
+    def policy(messages: list[BaseMessage]) -> AIMessage:
+        n = sum(isinstance(m, AIMessage) for m in messages)
+        if n >= rounds:
+            return AIMessage(content="done")
+        name = TOOLS[n % len(TOOLS)]
+        return AIMessage(
+            content="",
+            tool_calls=[
+                {"name": name, "args": {"item": f"i{n}"}, "id": f"c{n}", "type": "tool_call"}
+            ],
+        )
+
+    return policy
+
+
+def _time(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def breaker_cost_us(backend: Any, n: int) -> float:
+    """Median microseconds of one acquire + record pair."""
+    samples = []
+    for i in range(n):
+        start = time.perf_counter()
+        backend.acquire("bench:key")
+        backend.record("bench:key", failure=(i % 10 == 0))
+        samples.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(samples)
+
+
+def run(rounds: int = 50, reps: int = 20, echo: Callable[[str], None] = print) -> float:
+    """Run the benchmark, print the report, and return the overhead ratio."""
+    tools = _tools()
+    model = ScriptedChatModel(policy=loop_policy(rounds))
+    bare = create_agent(model, tools)
+    config = HarnessConfig(budget_tokens=10**9, breaker=BreakerConfig())
+    harnessed = create_agent(model, tools, middleware=default_middleware(config))
+    payload: Any = {"messages": [HumanMessage("run the loop")]}
+    cfg: RunnableConfig = {"recursion_limit": 20 * rounds}
+    for agent in (bare, harnessed):  # warm-up: compile caches, imports
+        agent.invoke(payload, cfg)
+    bare_t: list[float] = []
+    harn_t: list[float] = []
+    for _ in range(reps):  # interleaved so drift on a shared machine hits both alike
+        bare_t.append(_time(lambda: bare.invoke(payload, cfg)))
+        harn_t.append(_time(lambda: harnessed.invoke(payload, cfg)))
+    b, h = statistics.median(bare_t), statistics.median(harn_t)
+    echo(f"rounds={rounds} reps={reps}")
+    echo(f"bare      median {b * 1e3:8.2f} ms  ({b / rounds * 1e6:7.1f} us/round)")
+    echo(f"harnessed median {h * 1e3:8.2f} ms  ({h / rounds * 1e6:7.1f} us/round)")
+    echo(f"harness cost per round: {(h - b) / rounds * 1e6:.1f} us")
+    echo(
+        f"breaker decision in-process: {breaker_cost_us(InMemoryBreakerBackend(), 20000):.2f} us"
+        " per tool call (acquire + record)"
+    )
+    url = os.environ.get("EVOHARNESS_REDIS_URL", "redis://127.0.0.1:6379/0")
+    try:
+        from evoharness.harness.redis_breaker import RedisBreakerBackend
+
+        redis_backend = RedisBreakerBackend(url=url, prefix=f"evoharness-bench:{os.getpid()}:")
+        redis_backend.client.ping()
+        cost = breaker_cost_us(redis_backend, 2000)
+        redis_backend.client.delete(*redis_backend._keys("bench:key"))
+        echo(
+            f"breaker decision via Redis ({url}): {cost:.1f} us per tool call, "
+            "2 round trips (one Lua script each)"
+        )
+    except Exception as exc:
+        echo(f"breaker decision via Redis: skipped ({type(exc).__name__}: {exc})")
+    ratio = h / b
+    echo(f"overhead_ratio={ratio:.3f}")
+    return ratio

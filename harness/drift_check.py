@@ -6,10 +6,16 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
-from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    AgentState,
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+)
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
-from langgraph.runtime import Runtime
+from langgraph.types import Command
 
 from evoharness.harness._messages import model_calls, text_of, with_note
 from evoharness.harness.errors import ConfigError
@@ -138,8 +144,13 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
             HumanMessage(f"User request: {request}\nRecent actions:\n" + "\n".join(actions)),
         ]
 
-    def _decide(self, state: DriftState, verdict: Verdict, score: float) -> dict[str, Any]:
-        guard = state.get("drift_guard") or {}
+    def _decide(
+        self,
+        messages: Sequence[AnyMessage],
+        guard: DriftGuardState,
+        verdict: Verdict,
+        score: float,
+    ) -> DriftGuardState:
         streak = guard.get("severe_streak", 0) + 1 if verdict == "severe" else 0
         force = streak >= self.severe_limit and self.terminal_tool is not None
         self.events.emit(
@@ -155,26 +166,38 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
             else f"You have drifted repeatedly. Call {self.terminal_tool} now with what you have."
         )
         return {
-            "drift_guard": {
-                "severe_streak": streak,
-                "force": force,
-                "hint": hint,
-                "hint_for": model_calls(state["messages"]),
-            }
+            "severe_streak": streak,
+            "force": force,
+            "hint": hint,
+            "hint_for": model_calls(messages),
         }
 
-    def after_model(self, state: DriftState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+    def _history(
+        self, request: ModelRequest[Any], response: ModelResponse[Any]
+    ) -> tuple[list[AnyMessage], DriftGuardState]:
+        messages = cast(list[AnyMessage], [*request.state["messages"], *response.result])
+        return messages, cast(DriftGuardState, request.state.get("drift_guard") or {})
+
+    @staticmethod
+    def _extend(response: ModelResponse[Any], guard: DriftGuardState) -> ExtendedModelResponse[Any]:
+        return ExtendedModelResponse(
+            model_response=response, command=Command(update={"drift_guard": guard})
+        )
+
+    def reflect(self, state: DriftState) -> dict[str, Any] | None:
+        """The post_reflect decision on ``state`` (sync; asks the checker when suspicious)."""
         found = self._suspicion(state["messages"])
         if found is None:
             return None
         request, actions, score = found
         verdict: Verdict | None = "light"
         if self.checker is not None:
-            reply = self.checker.invoke(self._checker_input(request, actions))
-            verdict = self._verdict(reply)
-        return self._decide(state, verdict or "light", score)
+            verdict = self._verdict(self.checker.invoke(self._checker_input(request, actions)))
+        guard: DriftGuardState = state.get("drift_guard") or {}
+        return {"drift_guard": self._decide(state["messages"], guard, verdict or "light", score)}
 
-    async def aafter_model(self, state: DriftState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+    async def areflect(self, state: DriftState) -> dict[str, Any] | None:
+        """Async twin of :meth:`reflect`."""
         found = self._suspicion(state["messages"])
         if found is None:
             return None
@@ -183,7 +206,8 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
         if self.checker is not None:
             reply = await self.checker.ainvoke(self._checker_input(request, actions))
             verdict = self._verdict(reply)
-        return self._decide(state, verdict or "light", score)
+        guard: DriftGuardState = state.get("drift_guard") or {}
+        return {"drift_guard": self._decide(state["messages"], guard, verdict or "light", score)}
 
     def _verdict(self, reply: Any) -> Verdict | None:
         verdict = parse_verdict(text_of(reply)) if isinstance(reply, AIMessage) else None
@@ -202,16 +226,24 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
             )
         return request
 
+    # post_reflect runs inside the model call: a separate after_model graph node would cost
+    # a LangGraph step on every round (see `evoharness bench overhead`).
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
-        return handler(self._prepare(request))
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        response = handler(self._prepare(request))
+        messages, guard = self._history(request, response)
+        update = self.reflect({"messages": messages, "drift_guard": guard})
+        return response if update is None else self._extend(response, update["drift_guard"])
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
-        return await handler(self._prepare(request))
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        response = await handler(self._prepare(request))
+        messages, guard = self._history(request, response)
+        update = await self.areflect({"messages": messages, "drift_guard": guard})
+        return response if update is None else self._extend(response, update["drift_guard"])

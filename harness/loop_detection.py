@@ -8,12 +8,12 @@ from typing import Any, NotRequired, TypedDict, cast
 from langchain.agents.middleware import (
     AgentMiddleware,
     AgentState,
+    ExtendedModelResponse,
     ModelRequest,
     ModelResponse,
-    hook_config,
 )
 from langchain_core.messages import AIMessage, AnyMessage
-from langgraph.runtime import Runtime
+from langgraph.types import Command
 
 from evoharness.harness._messages import last_ai, model_calls, with_note
 from evoharness.harness.errors import ConfigError
@@ -63,10 +63,11 @@ def detect_loop(messages: Sequence[AnyMessage], *, same_call: int, same_tool: in
 class LoopDetectionMiddleware(AgentMiddleware[LoopState, Any, Any]):
     """Stop agents that repeat themselves.
 
-    After each model reply (post_reflect) it checks the tool-call history. The first
-    ``escalate_after`` detections inject a "change approach / finish with what you have"
-    note into the next model call only (pre_think); the next one ends the run: the looping
-    reply's tool calls are dropped and the agent jumps to the end.
+    Right after each model reply (post_reflect, run inside the model call so it adds no
+    graph node) it checks the tool-call history. The first ``escalate_after`` detections
+    inject a "change approach / finish with what you have" note into the next model call
+    only (pre_think); the next one ends the run: the looping reply's tool calls are dropped,
+    so the agent finishes with that reply.
 
     Args:
         same_call: Identical (tool, arguments) calls that count as a loop.
@@ -93,46 +94,56 @@ class LoopDetectionMiddleware(AgentMiddleware[LoopState, Any, Any]):
         self.escalate_after = escalate_after
         self.events = events or EventLog()
 
-    def reflect(self, state: LoopState) -> dict[str, Any] | None:
-        """The post_reflect decision: ``None``, a hint for the next call, or an end jump."""
-        messages = state["messages"]
+    def reflect(
+        self, history: Sequence[AnyMessage], reply: AIMessage, guard: LoopGuardState
+    ) -> tuple[AIMessage, LoopGuardState] | None:
+        """The post_reflect decision on a fresh ``reply``: ``None``, or (reply, new guard).
+
+        The returned reply is unchanged with a hint for the next call, or stripped of its
+        tool calls (which ends the run) once the hints are used up.
+        """
+        messages = [*history, reply]
         found = detect_loop(messages, same_call=self.same_call, same_tool=self.same_tool)
         if found is None:
             return None
-        guard = state.get("loop_guard") or {}
         warnings = guard.get("warnings", 0) + 1
-        newest = last_ai(messages)
-        assert newest is not None  # detect_loop found tool calls on it
         if warnings > self.escalate_after:
             self.events.emit("loop_stopped", self.name, detail=found, warnings=warnings - 1)
             stopped = AIMessage(
-                id=newest.id,
+                id=reply.id,
                 content=f"Stopping: the agent {found} despite {warnings - 1} warning(s). "
                 "Ending the run with what it has.",
-                usage_metadata=newest.usage_metadata,
-                response_metadata=newest.response_metadata,
+                usage_metadata=reply.usage_metadata,
+                response_metadata=reply.response_metadata,
             )
-            return {
-                "messages": [stopped],
-                "loop_guard": {**guard, "warnings": warnings},
-                "jump_to": "end",
-            }
+            return stopped, {**guard, "warnings": warnings}
         self.events.emit("loop_hint", self.name, detail=found, warnings=warnings)
         hint = (
             f"You have {found}. This is not working: change approach (another tool, "
             "platform or arguments), or finish with what you have."
         )
-        return {
-            "loop_guard": {"warnings": warnings, "hint_for": model_calls(messages), "hint": hint}
-        }
+        return reply, {"warnings": warnings, "hint_for": model_calls(messages), "hint": hint}
 
-    @hook_config(can_jump_to=["end"])
-    def after_model(self, state: LoopState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self.reflect(state)
-
-    @hook_config(can_jump_to=["end"])
-    async def aafter_model(self, state: LoopState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self.reflect(state)
+    def _after(
+        self, request: ModelRequest[Any], response: ModelResponse[Any]
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        # post_reflect runs inside the model call: a separate after_model graph node would
+        # cost a LangGraph step on every round (see `evoharness bench overhead`).
+        replies = [m for m in response.result if isinstance(m, AIMessage)]
+        if not replies:
+            return response
+        guard = cast(LoopGuardState, request.state.get("loop_guard") or {})
+        decided = self.reflect(request.state["messages"], replies[-1], guard)
+        if decided is None:
+            return response
+        reply, new_guard = decided
+        result = [reply if m is replies[-1] else m for m in response.result]
+        return ExtendedModelResponse(
+            model_response=ModelResponse(
+                result=result, structured_response=response.structured_response
+            ),
+            command=Command(update={"loop_guard": new_guard}),
+        )
 
     def _hinted(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         guard = cast(LoopGuardState, request.state.get("loop_guard") or {})
@@ -144,12 +155,12 @@ class LoopDetectionMiddleware(AgentMiddleware[LoopState, Any, Any]):
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
-        return handler(self._hinted(request))
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        return self._after(request, handler(self._hinted(request)))
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
-        return await handler(self._hinted(request))
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        return self._after(request, await handler(self._hinted(request)))

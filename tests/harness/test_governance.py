@@ -203,7 +203,7 @@ def test_unparsable_checker_counts_as_light(call: Any) -> None:
     state: Any = {
         "messages": [HumanMessage("buy a kettle"), call("search", {"platform": "weather"}, "c1")]
     }
-    update = mw.after_model(state, runtime=None)  # type: ignore[arg-type]
+    update = mw.reflect(state)
     assert update is not None and update["drift_guard"]["hint"].startswith("You are drifting")
     assert [e.kind for e in events.events] == ["drift_checker_unparsable", "drift_light"]
 

@@ -184,17 +184,23 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
             model_response=response, command=Command(update={"drift_guard": guard})
         )
 
+    def _conclude(self, state: DriftState, score: float, reply: Any) -> dict[str, Any]:
+        verdict = self._verdict(reply) if self.checker is not None else "light"
+        guard: DriftGuardState = state.get("drift_guard") or {}
+        return {"drift_guard": self._decide(state["messages"], guard, verdict or "light", score)}
+
     def reflect(self, state: DriftState) -> dict[str, Any] | None:
         """The post_reflect decision on ``state`` (sync; asks the checker when suspicious)."""
         found = self._suspicion(state["messages"])
         if found is None:
             return None
         request, actions, score = found
-        verdict: Verdict | None = "light"
-        if self.checker is not None:
-            verdict = self._verdict(self.checker.invoke(self._checker_input(request, actions)))
-        guard: DriftGuardState = state.get("drift_guard") or {}
-        return {"drift_guard": self._decide(state["messages"], guard, verdict or "light", score)}
+        reply = (
+            self.checker.invoke(self._checker_input(request, actions))
+            if self.checker is not None
+            else None
+        )
+        return self._conclude(state, score, reply)
 
     async def areflect(self, state: DriftState) -> dict[str, Any] | None:
         """Async twin of :meth:`reflect`."""
@@ -202,12 +208,12 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
         if found is None:
             return None
         request, actions, score = found
-        verdict: Verdict | None = "light"
-        if self.checker is not None:
-            reply = await self.checker.ainvoke(self._checker_input(request, actions))
-            verdict = self._verdict(reply)
-        guard: DriftGuardState = state.get("drift_guard") or {}
-        return {"drift_guard": self._decide(state["messages"], guard, verdict or "light", score)}
+        reply = (
+            await self.checker.ainvoke(self._checker_input(request, actions))
+            if self.checker is not None
+            else None
+        )
+        return self._conclude(state, score, reply)
 
     def _verdict(self, reply: Any) -> Verdict | None:
         verdict = parse_verdict(text_of(reply)) if isinstance(reply, AIMessage) else None

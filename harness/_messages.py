@@ -8,8 +8,12 @@ from typing import Any
 from langchain.agents.middleware import ModelRequest
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMessage, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
 
 HINT_PREFIX = "[harness note]"
+
+ToolResult = ToolMessage | Command[Any]
+"""What a tool-call handler returns."""
 
 
 def observation(request: ToolCallRequest, content: str, *, status: str = "error") -> ToolMessage:

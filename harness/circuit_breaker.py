@@ -12,7 +12,7 @@ from langchain_core.messages import ToolCall, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from evoharness.harness._messages import observation
+from evoharness.harness._messages import ToolResult, observation
 from evoharness.harness.breaker import (
     BreakerBackend,
     BreakerConfig,
@@ -24,7 +24,6 @@ from evoharness.harness.events import EventLog
 
 KeyFn = Callable[[ToolCall], str]
 ResultPredicate = Callable[[ToolMessage | Command[Any]], bool]
-ToolResult = ToolMessage | Command[Any]
 
 
 def key_by_tool(call: ToolCall) -> str:

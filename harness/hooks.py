@@ -26,9 +26,8 @@ from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResp
 from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
-from langgraph.types import Command
 
-from evoharness.harness._messages import observation, with_note
+from evoharness.harness._messages import ToolResult, observation, with_note
 from evoharness.harness.errors import ConfigError, HookError
 from evoharness.harness.events import EventLog
 
@@ -42,7 +41,6 @@ HookPoint = Literal[
 ]
 HOOK_POINTS: tuple[str, ...] = get_args(HookPoint)
 FailurePolicy = Literal["isolate", "raise"]
-ToolResult = ToolMessage | Command[Any]
 
 
 @dataclass(frozen=True)

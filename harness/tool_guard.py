@@ -12,11 +12,10 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evoharness.harness._messages import observation
+from evoharness.harness._messages import ToolResult, observation
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
 
-ToolResult = ToolMessage | Command[Any]
 ContentFilter = Callable[[str, str], str]
 """``(tool_name, text) -> text``: rewrite (e.g. redact) a tool result before the model sees it."""
 

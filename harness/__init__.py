@@ -14,6 +14,7 @@ from evoharness.harness.circuit_breaker import (
     key_by_arg,
     key_by_tool,
 )
+from evoharness.harness.compose import ComposedMiddleware
 from evoharness.harness.drift_check import DriftCheckMiddleware
 from evoharness.harness.errors import (
     ConfigError,
@@ -56,6 +57,7 @@ __all__ = [
     "BreakerState",
     "CallableRule",
     "CircuitBreakerMiddleware",
+    "ComposedMiddleware",
     "ConfigError",
     "DriftCheckMiddleware",
     "EventLog",

@@ -174,9 +174,14 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
 
     def _history(
         self, request: ModelRequest[Any], response: ModelResponse[Any]
-    ) -> tuple[list[AnyMessage], DriftGuardState]:
-        messages = cast(list[AnyMessage], [*request.state["messages"], *response.result])
-        return messages, cast(DriftGuardState, request.state.get("drift_guard") or {})
+    ) -> DriftState | None:
+        """The state after this reply, or ``None`` when this round is not checked."""
+        history = request.state["messages"]
+        if (model_calls(history) + 1) % self.every:
+            return None  # cheap exit: most rounds are not checked
+        messages = cast(list[AnyMessage], [*history, *response.result])
+        guard = cast(DriftGuardState, request.state.get("drift_guard") or {})
+        return {"messages": messages, "drift_guard": guard}
 
     @staticmethod
     def _extend(response: ModelResponse[Any], guard: DriftGuardState) -> ExtendedModelResponse[Any]:
@@ -223,7 +228,7 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
 
     def _prepare(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         guard = cast(DriftGuardState, request.state.get("drift_guard") or {})
-        if guard.get("hint_for") != model_calls(request.messages):
+        if "hint_for" not in guard or guard["hint_for"] != model_calls(request.messages):
             return request
         request = with_note(request, [guard.get("hint", "")])
         if guard.get("force") and self.terminal_tool:
@@ -240,8 +245,8 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
         response = handler(self._prepare(request))
-        messages, guard = self._history(request, response)
-        update = self.reflect({"messages": messages, "drift_guard": guard})
+        state = self._history(request, response)
+        update = None if state is None else self.reflect(state)
         return response if update is None else self._extend(response, update["drift_guard"])
 
     async def awrap_model_call(
@@ -250,6 +255,6 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
         response = await handler(self._prepare(request))
-        messages, guard = self._history(request, response)
-        update = await self.areflect({"messages": messages, "drift_guard": guard})
+        state = self._history(request, response)
+        update = None if state is None else await self.areflect(state)
         return response if update is None else self._extend(response, update["drift_guard"])

@@ -203,6 +203,14 @@ class HooksMiddleware(AgentMiddleware[Any, Any, Any]):
     def name(self) -> str:
         return self._name or type(self).__name__
 
+    def wants(self, slot: str) -> bool:
+        """Whether a wrap slot has hooks (a composition skips idle slots)."""
+        points = {
+            "wrap_model_call": ("pre_think",),
+            "wrap_tool_call": ("pre_tool_call", "post_tool_call"),
+        }.get(slot)
+        return points is None or any(self.registry.at(p) for p in points)
+
     def _failed(self, hook: Hook, exc: Exception) -> None:
         self.events.emit(
             "hook_failed",

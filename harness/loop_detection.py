@@ -41,20 +41,26 @@ def detect_loop(messages: Sequence[AnyMessage], *, same_call: int, same_tool: in
     newest = last_ai(messages)
     if newest is None or not newest.tool_calls:
         return None
-    # One pass of cheap name/dict comparisons: this runs after every model reply.
-    calls = [
-        (c["name"], c["args"]) for m in messages if isinstance(m, AIMessage) for c in m.tool_calls
-    ]
-    for c in newest.tool_calls:
-        times = sum(1 for n, a in calls if n == c["name"] and a == c["args"])
-        if times >= same_call:
-            return f"called {c['name']} with the same arguments {times} times"
-    streak = 0
-    last_name = calls[-1][0]
-    for n, _ in reversed(calls):
-        if n != last_name:
-            break
-        streak += 1
+    # One reverse pass of cheap name/dict comparisons: this runs after every model reply.
+    wanted = [(c["name"], c["args"]) for c in newest.tool_calls]
+    times = [0] * len(wanted)
+    last_name = newest.tool_calls[-1]["name"]
+    streak, streaking = 0, True
+    for m in reversed(messages):
+        if not isinstance(m, AIMessage):
+            continue
+        for c in reversed(m.tool_calls):
+            if streaking:
+                if c["name"] == last_name:
+                    streak += 1
+                else:
+                    streaking = False
+            for k, (name, args) in enumerate(wanted):
+                if c["name"] == name and c["args"] == args:
+                    times[k] += 1
+    for (name, _), n in zip(wanted, times, strict=True):
+        if n >= same_call:
+            return f"called {name} with the same arguments {n} times"
     if streak >= same_tool:
         return f"called {last_name} {streak} times in a row"
     return None
@@ -147,7 +153,7 @@ class LoopDetectionMiddleware(AgentMiddleware[LoopState, Any, Any]):
 
     def _hinted(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         guard = cast(LoopGuardState, request.state.get("loop_guard") or {})
-        if guard.get("hint_for") == model_calls(request.messages) and guard.get("hint"):
+        if guard.get("hint") and guard.get("hint_for") == model_calls(request.messages):
             return with_note(request, [guard["hint"]])
         return request
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evoharness.harness.breaker import BreakerBackend, BreakerConfig
 from evoharness.harness.circuit_breaker import CircuitBreakerMiddleware, KeyFn, key_by_tool
+from evoharness.harness.compose import ComposedMiddleware
 from evoharness.harness.drift_check import DriftCheckMiddleware
 from evoharness.harness.events import EventLog
 from evoharness.harness.hooks import HookRegistry, HooksMiddleware
@@ -50,8 +51,14 @@ def default_middleware(
     events: EventLog | None = None,
     hooks: HookRegistry | None = None,
     breaker_backend: BreakerBackend | None = None,
+    compose: bool = True,
 ) -> list[AgentMiddleware[Any, Any, Any]]:
     """The full harness, outermost first.
+
+    With ``compose`` (default) the behaviours are fused into one
+    :class:`~evoharness.harness.compose.ComposedMiddleware`, which saves LangChain's
+    per-middleware tracing layer on every model and tool call; ``compose=False`` returns
+    them as separate middleware (handy for per-behaviour LangSmith spans).
 
     Order matters: hooks and governance run before the breaker (a refused call never
     touches a circuit); the breaker sits outside LangChain's ``ToolErrorMiddleware`` so a
@@ -86,13 +93,16 @@ def default_middleware(
             )
         )
     stack.append(ToolErrorMiddleware(on_error=tool_error_text))
-    return stack
+    return [ComposedMiddleware(stack)] if compose else stack
 
 
 def events_of(middleware: list[AgentMiddleware[Any, Any, Any]]) -> list[EventLog]:
     """The distinct event logs used by a middleware list."""
     logs: dict[int, EventLog] = {}
-    for m in middleware:
+    pending = list(middleware)
+    while pending:
+        m = pending.pop()
+        pending.extend(getattr(m, "children", []))
         log = getattr(m, "events", None)
         if isinstance(log, EventLog):
             logs[id(log)] = log

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, AnyMessage
 
-from evoharness.harness._messages import with_note
+from evoharness.harness._messages import last_ai, with_note
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
 from evoharness.harness.tokens import approx_message_tokens
@@ -78,8 +78,8 @@ class TokenBudgetMiddleware(AgentMiddleware[Any, Any, Any]):
         messages = request.messages
         used = tokens_used(messages)
         tier = self.tier(used)
-        prior = [m for m in messages if isinstance(m, AIMessage)]
-        before = self.tier(used - tokens_used(prior[-1:])) if prior else "normal"
+        newest = last_ai(messages)
+        before = self.tier(used - tokens_used([newest])) if newest is not None else "normal"
         if tier != before:
             self.events.emit(
                 "budget_tier", self.name, tier=tier, used=used, budget=self.budget_tokens

@@ -193,7 +193,7 @@ def demo(
 @bench_app.command("overhead")
 def bench_overhead(
     rounds: Annotated[int, typer.Option(min=1)] = 50,
-    reps: Annotated[int, typer.Option(min=1)] = 20,
+    reps: Annotated[int, typer.Option(min=1)] = 30,
 ) -> None:
     """Bare create_agent vs. the full harness on a scripted tool loop."""
     from evoharness.sdk.benchmarks import overhead
@@ -204,7 +204,7 @@ def bench_overhead(
 @bench_app.command("all")
 def bench_all() -> None:
     """Every benchmark, one after another."""
-    bench_overhead(rounds=50, reps=20)
+    bench_overhead(rounds=50, reps=30)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
@@ -58,10 +59,21 @@ def loop_policy(rounds: int) -> Callable[[list[BaseMessage]], AIMessage]:
     return policy
 
 
-def _time(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
+class _PassThrough(AgentMiddleware[Any, Any, Any]):
+    """Implements both wrap hooks and does nothing: LangChain's per-middleware cost."""
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return handler(request)
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return handler(request)
+
+
+def _time(fn: Callable[[], Any]) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one call; CPU time is steadier when shared."""
+    wall, cpu = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - start
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def breaker_cost_us(backend: Any, n: int) -> float:
@@ -75,27 +87,41 @@ def breaker_cost_us(backend: Any, n: int) -> float:
     return statistics.median(samples)
 
 
-def run(rounds: int = 50, reps: int = 20, echo: Callable[[str], None] = print) -> float:
+def run(rounds: int = 50, reps: int = 30, echo: Callable[[str], None] = print) -> float:
     """Run the benchmark, print the report, and return the overhead ratio."""
     tools = _tools()
     model = ScriptedChatModel(policy=loop_policy(rounds))
     bare = create_agent(model, tools)
     config = HarnessConfig(budget_tokens=10**9, breaker=BreakerConfig())
     harnessed = create_agent(model, tools, middleware=default_middleware(config))
+    # The floor: one middleware that only passes both calls through. LangChain wraps every
+    # wrap_* hook in a traced layer, so any middleware that touches model and tool calls
+    # pays this much before doing any work.
+    floor = create_agent(model, tools, middleware=[_PassThrough()])
     payload: Any = {"messages": [HumanMessage("run the loop")]}
     cfg: RunnableConfig = {"recursion_limit": 20 * rounds}
-    for agent in (bare, harnessed):  # warm-up: compile caches, imports
+    for agent in (bare, harnessed, floor):  # warm-up: compile caches, imports
         agent.invoke(payload, cfg)
-    bare_t: list[float] = []
-    harn_t: list[float] = []
-    for _ in range(reps):  # interleaved so drift on a shared machine hits both alike
+    bare_t: list[tuple[float, float]] = []
+    harn_t: list[tuple[float, float]] = []
+    floor_t: list[tuple[float, float]] = []
+    for _ in range(reps):  # interleaved so drift on a shared machine hits all alike
         bare_t.append(_time(lambda: bare.invoke(payload, cfg)))
         harn_t.append(_time(lambda: harnessed.invoke(payload, cfg)))
-    b, h = statistics.median(bare_t), statistics.median(harn_t)
+        floor_t.append(_time(lambda: floor.invoke(payload, cfg)))
+    b, h, f = (statistics.median(w for w, _ in t) for t in (bare_t, harn_t, floor_t))
+    b_cpu, h_cpu = (statistics.median(c for _, c in t) for t in (bare_t, harn_t))
     echo(f"rounds={rounds} reps={reps}")
     echo(f"bare      median {b * 1e3:8.2f} ms  ({b / rounds * 1e6:7.1f} us/round)")
     echo(f"harnessed median {h * 1e3:8.2f} ms  ({h / rounds * 1e6:7.1f} us/round)")
-    echo(f"harness cost per round: {(h - b) / rounds * 1e6:.1f} us")
+    echo(
+        f"harness cost per round: {(h - b) / rounds * 1e6:.1f} us wall; "
+        f"CPU-time ratio {h_cpu / b_cpu:.3f}"
+    )
+    echo(
+        f"floor (one pass-through wrap middleware): ratio {f / b:.3f}, "
+        f"{(f - b) / rounds * 1e6:.1f} us per round"
+    )
     echo(
         f"breaker decision in-process: {breaker_cost_us(InMemoryBreakerBackend(), 20000):.2f} us"
         " per tool call (acquire + record)"

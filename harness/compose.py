@@ -1,0 +1,229 @@
+"""Fuse several middleware into one, for speed.
+
+``create_agent`` wraps every middleware's ``wrap_model_call`` / ``wrap_tool_call`` in a
+``langsmith.traceable`` layer and turns every node hook into a graph node; each costs tens
+of microseconds per round even when tracing is off and the hook does nothing. The default
+harness has five model-call and four tool-call wrappers, so it pays that toll nine times a
+round. :class:`ComposedMiddleware` runs its children's hooks in plain Python inside one
+wrapper per slot (``evoharness bench overhead`` measures the difference).
+
+Semantics match listing the children separately: the first child is the outermost
+wrapper; ``before_*`` node hooks run in list order and ``after_*`` hooks in reverse; state
+updates merge in that order (later wins per key, ``messages`` lists concatenate); commands
+returned by model-call wrappers are collected and applied after the model call. One
+difference: a node hook sees the state from before its siblings' updates in the same slot.
+Per-child LangSmith spans are not produced; the harness records its decisions as events.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    AgentState,
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+)
+from langchain_core.messages import AIMessage
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from evoharness.harness._messages import ToolResult
+from evoharness.harness.errors import ConfigError
+
+ModelHandler = Callable[[ModelRequest[Any]], ModelResponse[Any]]
+AModelHandler = Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
+ToolHandler = Callable[[ToolCallRequest], ToolResult]
+AToolHandler = Callable[[ToolCallRequest], Awaitable[ToolResult]]
+
+_NODE_SLOTS = ("before_agent", "before_model", "after_model", "after_agent")
+_BASE = AgentMiddleware
+
+
+def _overrides(m: AgentMiddleware[Any, Any, Any], slot: str) -> bool:
+    """Whether ``m`` implements ``slot`` (and, if it says so via ``wants``, uses it)."""
+    sync = getattr(type(m), slot, None) is not getattr(_BASE, slot)
+    asyn = getattr(type(m), "a" + slot, None) is not getattr(_BASE, "a" + slot)
+    wants = getattr(m, "wants", None)
+    return (sync or asyn) and (wants is None or bool(wants(slot)))
+
+
+def _merge(updates: Sequence[dict[str, Any] | None]) -> dict[str, Any] | None:
+    merged: dict[str, Any] = {}
+    for update in updates:
+        for key, value in (update or {}).items():
+            if key == "messages" and key in merged:
+                merged[key] = [*merged[key], *value]
+            else:
+                merged[key] = value
+    return merged or None
+
+
+def _unwrap(result: Any, commands: list[Command[Any]]) -> ModelResponse[Any]:
+    if isinstance(result, ExtendedModelResponse):
+        if result.command is not None:
+            commands.append(result.command)
+        return result.model_response
+    if isinstance(result, AIMessage):
+        return ModelResponse(result=[result])
+    return result  # type: ignore[no-any-return]
+
+
+def _finish(
+    response: ModelResponse[Any], commands: list[Command[Any]]
+) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+    if not commands:
+        return response
+    update = _merge([c.update if isinstance(c.update, dict) else None for c in commands])
+    return ExtendedModelResponse(model_response=response, command=Command(update=update))
+
+
+class _NodeSlots:
+    """Node hooks, attached per instance only for slots some child uses."""
+
+    _run: Callable[[str, Any, Any], dict[str, Any] | None]
+    _arun: Callable[[str, Any, Any], Awaitable[dict[str, Any] | None]]
+
+    def before_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self._run("before_agent", state, runtime)
+
+    async def abefore_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return await self._arun("before_agent", state, runtime)
+
+    def before_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self._run("before_model", state, runtime)
+
+    async def abefore_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return await self._arun("before_model", state, runtime)
+
+    def after_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self._run("after_model", state, runtime)
+
+    async def aafter_model(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return await self._arun("after_model", state, runtime)
+
+    def after_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self._run("after_agent", state, runtime)
+
+    async def aafter_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return await self._arun("after_agent", state, runtime)
+
+
+@functools.cache
+def _with_slots(slots: frozenset[str]) -> type[ComposedMiddleware]:
+    attrs = {n: _NodeSlots.__dict__[n] for s in slots for n in (s, "a" + s)}
+    return type("ComposedMiddleware", (ComposedMiddleware,), attrs)
+
+
+@functools.cache
+def _state_schema(schemas: tuple[type, ...]) -> type:
+    if len(schemas) == 1:
+        return schemas[0]
+    return types.new_class("HarnessState", schemas)
+
+
+class ComposedMiddleware(AgentMiddleware[Any, Any, Any]):
+    """Run ``children`` as one middleware (one traced wrapper per slot, not one per child).
+
+    Args:
+        children: Middleware to fuse, outermost first. Hooks that jump (``can_jump_to``)
+            are not supported inside a composition and are rejected.
+        name: Instance name (must be unique within an agent).
+    """
+
+    def __new__(
+        cls, children: Sequence[AgentMiddleware[Any, Any, Any]], **_: Any
+    ) -> ComposedMiddleware:
+        slots = frozenset(s for s in _NODE_SLOTS if any(_overrides(m, s) for m in children))
+        target = _with_slots(slots) if cls is ComposedMiddleware else cls
+        return super().__new__(target)
+
+    def __init__(
+        self, children: Sequence[AgentMiddleware[Any, Any, Any]], *, name: str | None = None
+    ) -> None:
+        super().__init__()
+        self.children = list(children)
+        for m in self.children:
+            for slot in _NODE_SLOTS:
+                for fn in (getattr(m, slot, None), getattr(m, "a" + slot, None)):
+                    if getattr(fn, "__can_jump_to__", None):
+                        raise ConfigError(
+                            f"{m.name}.{slot} can jump; list it next to the composition "
+                            "instead of inside it",
+                            field="children",
+                        )
+        self._name = name
+        schemas = tuple(
+            dict.fromkeys(m.state_schema for m in self.children if m.state_schema is not AgentState)
+        )
+        self.state_schema = _state_schema(schemas) if schemas else AgentState
+        self.tools = [t for m in self.children for t in getattr(m, "tools", [])]
+        self._model = [m for m in self.children if _overrides(m, "wrap_model_call")]
+        self._tool = [m for m in self.children if _overrides(m, "wrap_tool_call")]
+
+    @property
+    def name(self) -> str:
+        return self._name or "HarnessMiddleware"
+
+    def _order(self, slot: str) -> list[AgentMiddleware[Any, Any, Any]]:
+        users = [m for m in self.children if _overrides(m, slot)]
+        return users[::-1] if slot.startswith("after") else users
+
+    def _run(self, slot: str, state: Any, runtime: Any) -> dict[str, Any] | None:
+        return _merge([getattr(m, slot)(state, runtime) for m in self._order(slot)])
+
+    async def _arun(self, slot: str, state: Any, runtime: Any) -> dict[str, Any] | None:
+        return _merge([await getattr(m, "a" + slot)(state, runtime) for m in self._order(slot)])
+
+    # -- model calls -----------------------------------------------------------------------
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: ModelHandler
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        commands: list[Command[Any]] = []
+        chain: ModelHandler = handler
+        for m in reversed(self._model):
+            chain = functools.partial(
+                lambda req, mw, inner: _unwrap(mw.wrap_model_call(req, inner), commands),
+                mw=m,
+                inner=chain,
+            )
+        return _finish(chain(request), commands)
+
+    async def awrap_model_call(
+        self, request: ModelRequest[Any], handler: AModelHandler
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        commands: list[Command[Any]] = []
+        chain: AModelHandler = handler
+
+        def layer(mw: AgentMiddleware[Any, Any, Any], inner: AModelHandler) -> AModelHandler:
+            async def call(req: ModelRequest[Any]) -> ModelResponse[Any]:
+                return _unwrap(await mw.awrap_model_call(req, inner), commands)
+
+            return call
+
+        for m in reversed(self._model):
+            chain = layer(m, chain)
+        return _finish(await chain(request), commands)
+
+    # -- tool calls ------------------------------------------------------------------------
+    def wrap_tool_call(self, request: ToolCallRequest, handler: ToolHandler) -> ToolResult:
+        chain: ToolHandler = handler
+        for m in reversed(self._tool):
+            chain = functools.partial(
+                lambda req, mw, inner: mw.wrap_tool_call(req, inner), mw=m, inner=chain
+            )
+        return chain(request)
+
+    async def awrap_tool_call(self, request: ToolCallRequest, handler: AToolHandler) -> ToolResult:
+        chain: AToolHandler = handler
+        for m in reversed(self._tool):
+            chain = functools.partial(
+                lambda req, mw, inner: mw.awrap_tool_call(req, inner), mw=m, inner=chain
+            )
+        return await chain(request)

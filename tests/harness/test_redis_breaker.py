@@ -143,3 +143,58 @@ def test_outage_falls_back_locally_then_resyncs(own_redis: dict[str, Any]) -> No
     assert restored.data["reopened"] == ["k"]
     other = RedisBreakerBackend(CFG, url=url, prefix="t:")
     assert other.state("k") == "open"  # every instance sees the resynchronised state
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_agent_run_survives_redis_dying_mid_run(own_redis: dict[str, Any], mode: str) -> None:
+    import asyncio
+
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+
+    from evoharness.harness import HarnessConfig, default_middleware
+    from evoharness.sdk.testing import ScriptedChatModel
+
+    seen: list[int] = []
+
+    @tool
+    def lookup(n: int) -> str:
+        """Look something up; the second call takes the Redis server down."""
+        seen.append(n)
+        if n == 2:
+            own_redis["proc"].kill()
+            own_redis["proc"].wait()
+        return f"result {n}"
+
+    script = [
+        AIMessage(
+            content="",
+            tool_calls=[{"name": "lookup", "args": {"n": i}, "id": f"c{i}", "type": "tool_call"}],
+        )
+        for i in range(1, 5)
+    ] + [AIMessage(content="finished")]
+    events = EventLog()
+    backend = RedisBreakerBackend(
+        CFG,
+        url=f"redis://127.0.0.1:{own_redis['port']}/0",
+        prefix=f"t-{mode}:",
+        events=events,
+        retry_interval_s=60,
+    )
+    agent = create_agent(
+        ScriptedChatModel(script=script),
+        [lookup],
+        middleware=default_middleware(
+            HarnessConfig(drift_every=None), events=events, breaker_backend=backend
+        ),
+    )
+    payload = {"messages": [HumanMessage("look up four things")]}
+    out = agent.invoke(payload) if mode == "invoke" else asyncio.run(agent.ainvoke(payload))
+    assert seen == [1, 2, 3, 4]  # every call ran: the breaker fell back to local state
+    results = [m.content for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert results == ["result 1", "result 2", "result 3", "result 4"]
+    assert out["messages"][-1].content == "finished"
+    (warning,) = events.of_kind("breaker_backend_degraded")
+    assert "Error" in warning.data["error"]
+    assert backend.degraded

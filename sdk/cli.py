@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from evoharness.harness import ConfigError
+from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import load_environment
 from evoharness.sdk.models import model_factory
 from evoharness.sdk.runner import RunReport, TaskResult, run_tasks, write_results
@@ -36,6 +37,7 @@ bench_app = typer.Typer(
 )
 app.add_typer(bench_app, name="bench")
 console = Console()
+TRACE_DB = Path(".evoharness/traces.db")
 
 
 def _version(value: bool) -> None:
@@ -95,12 +97,14 @@ def execute_run(
     harness: bool,
     out: Path | None,
     label: str,
+    trace_db: Path | None = None,
 ) -> tuple[RunReport, list[TaskResult]]:
     """Run one split with a progress bar; returns the report and per-task results."""
     env = load_environment(env_name, faults=faults)
     tasks = list(env.tasks(split))[:limit] if limit else list(env.tasks(split))
     factory = model_factory(model, env, base_url=base_url, api_key_env=api_key_env)
     middleware = env.harness_middleware if harness else None
+    tracer = Tracer(TraceStore(trace_db)) if trace_db is not None else None
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -118,8 +122,12 @@ def execute_run(
                 middleware_factory=middleware,
                 concurrency=concurrency,
                 on_result=lambda _: progress.advance(bar),
+                tracer=tracer,
+                tags=[split, "harnessed" if harness else "bare", model],
             )
         )
+    if tracer is not None and not tracer.store.flush(30):
+        console.print("[yellow]warning: traces still being written after 30 s[/yellow]")
     if out is not None:
         write_results(out, results)
     return RunReport.of(results), results
@@ -141,6 +149,8 @@ def run(
     faults: Annotated[str, typer.Option(help="Fault preset: demo or none.")] = "demo",
     harness: Annotated[bool, typer.Option(help="Wrap the agent in the harness.")] = True,
     out: Annotated[Path | None, typer.Option(help="Per-task results JSONL.")] = None,
+    trace_db: Annotated[Path, typer.Option(help="Local trace store (SQLite).")] = TRACE_DB,
+    trace: Annotated[bool, typer.Option(help="Record traces.")] = True,
 ) -> None:
     """Run an environment's split through create_agent and print a results table."""
     out = out or Path(".evoharness/runs") / f"{env}-{split}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
@@ -156,10 +166,13 @@ def run(
         harness=harness,
         out=out,
         label=f"{env}/{split}",
+        trace_db=trace_db if trace else None,
     )
     label = "harnessed" if harness else "bare"
     console.print(results_table(f"{env} · {split} · model={model}", {label: report}))
     console.print(f"per-task results: {out}")
+    if trace:
+        console.print(f"traces: {trace_db} (see: evoharness traces list)")
 
 
 @app.command()
@@ -182,6 +195,7 @@ def demo(
             harness=harness,
             out=Path(".evoharness/runs") / f"demo-{'harnessed' if harness else 'bare'}.jsonl",
             label=label,
+            trace_db=TRACE_DB,
         )
     console.print(results_table("shop · val · offline policy (SIMULATED)", reports))
     console.print(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from langgraph.errors import GraphRecursionError
 from pydantic import BaseModel, Field
 
 from evoharness.harness import events_of
+from evoharness.harness.tracing import RunInfo, Tracer, trace_id_for
 from evoharness.sdk.agent import create_evo_agent
 from evoharness.sdk.environment import Environment, TaskSpec
 
@@ -41,6 +43,7 @@ class TaskResult(BaseModel):
     duration_s: float
     components: dict[str, float] = Field(default_factory=dict)
     events: dict[str, int] = Field(default_factory=dict)
+    trace_id: str | None = None
 
 
 class RunReport(BaseModel):
@@ -98,6 +101,8 @@ async def run_task(
     model: BaseChatModel,
     middleware: Sequence[AgentMiddleware[Any, Any, Any]] = (),
     max_model_calls: int = 40,
+    tracer: Tracer | None = None,
+    run_info: RunInfo | None = None,
 ) -> TaskResult:
     """Run one task to completion and score it; a crash is recorded, never raised."""
     middleware = list(middleware)
@@ -107,6 +112,12 @@ async def run_task(
         system_prompt=env.system_prompt(),
         middleware=middleware,
         checkpointer=InMemorySaver(),
+        tracer=tracer,
+    )
+    info = run_info or RunInfo(
+        run_id=f"{env.name}:{task.task_id}:{uuid.uuid4().hex[:12]}",
+        tags=[env.name],
+        metadata={"task_id": task.task_id},
     )
     config: RunnableConfig = {
         "configurable": {"thread_id": task.task_id},
@@ -117,7 +128,7 @@ async def run_task(
     started = time.perf_counter()
     error: str | None = None
     try:
-        await agent.ainvoke({"messages": [HumanMessage(task.request)]}, config)
+        await agent.ainvoke({"messages": [HumanMessage(task.request)]}, config, run=info)
     except GraphRecursionError:
         error = f"step_limit: more than {max_model_calls} model calls"
     except Exception as exc:  # the run's crash is data: record it and keep going
@@ -130,6 +141,17 @@ async def run_task(
     events: Counter[str] = Counter()
     for log in events_of(middleware):
         events.update(log.counts())
+    trace_id = trace_id_for(info.run_id) if tracer is not None else None
+    if tracer is not None:
+        tracer.score(
+            trace_id or "",
+            "env_success",
+            float(outcome.success),
+            source="env",
+            data_type="BOOLEAN",
+            comment=", ".join(outcome.failures) or None,
+        )
+        tracer.score(trace_id or "", "env_score", outcome.score, source="env")
     return TaskResult(
         task_id=task.task_id,
         success=outcome.success,
@@ -143,6 +165,7 @@ async def run_task(
         duration_s=round(duration, 4),
         components=outcome.components,
         events=dict(events),
+        trace_id=trace_id,
     )
 
 
@@ -155,9 +178,12 @@ async def run_tasks(
     concurrency: int = 8,
     max_model_calls: int = 40,
     on_result: Callable[[TaskResult], None] | None = None,
+    tracer: Tracer | None = None,
+    tags: Sequence[str] = (),
 ) -> list[TaskResult]:
     """Run ``tasks`` with at most ``concurrency`` in flight; results keep the task order."""
     gate = asyncio.Semaphore(concurrency)
+    batch = uuid.uuid4().hex[:12]
 
     async def one(task: TaskSpec) -> TaskResult:
         async with gate:
@@ -167,6 +193,12 @@ async def run_tasks(
                 model=model_factory(),
                 middleware=middleware_factory() if middleware_factory else (),
                 max_model_calls=max_model_calls,
+                tracer=tracer,
+                run_info=RunInfo(
+                    run_id=f"{env.name}:{task.task_id}:{batch}",
+                    tags=[env.name, *tags],
+                    metadata={"task_id": task.task_id, "batch": batch},
+                ),
             )
         if on_result is not None:
             on_result(result)

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Secrets are always masked; they are never configuration.
-SECRET_PATTERNS: dict[str, str] = {
-    "openai_key": r"\bsk-(?:proj-)?[A-Za-z0-9_-]{16,}",
+SECRET_PATTERNS: dict[str, str] = {  # order matters: specific prefixes first
     "anthropic_key": r"\bsk-ant-[A-Za-z0-9_-]{16,}",
+    "openai_key": r"\bsk-(?:proj-)?[A-Za-z0-9_-]{16,}",
     "langfuse_key": r"\b[ps]k-lf-[A-Za-z0-9-]{8,}",
     "aws_access_key": r"\bAKIA[0-9A-Z]{16}\b",
     "github_token": r"\bgh[pousr]_[A-Za-z0-9]{20,}",

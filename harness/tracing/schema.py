@@ -115,7 +115,8 @@ def migrate_trace(data: dict[str, Any]) -> dict[str, Any]:
     future version adds one step here. Unknown future versions are refused.
     """
     data = dict(data)
-    version = int(data.pop("version", data.get("schema_version", 0)))
+    legacy = data.pop("version", 0)
+    version = int(data.get("schema_version", legacy))
     if version > SCHEMA_VERSION:
         raise ValueError(
             f"trace schema version {version} is newer than this evoharness "

@@ -118,6 +118,7 @@ class TraceStore:
         self._writer: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._stop = threading.Event()
+        self._ingesting = False
         self.stats = {"enqueued": 0, "spilled": 0, "stored": 0, "dead": 0, "lost": 0}
         with self._conn() as conn:
             conn.executescript(SCHEMA_SQL)
@@ -333,26 +334,33 @@ class TraceStore:
         )
 
     def _ingest_spill(self, conn: sqlite3.Connection) -> None:
-        if not self.spill_path.exists():
+        """Store spilled records; files claimed by a writer that died are picked up too."""
+        pattern = f"{self.spill_path.stem}.*.ingest"
+        if not self.spill_path.exists() and not any(self.path.parent.glob(pattern)):
             return
         with self._spill_lock:
-            claimed = self.spill_path.with_suffix(f".{time.time_ns()}.ingest")
-            self.spill_path.rename(claimed)
-        batch: list[tuple[str, dict[str, Any]]] = [
-            (kind, record)
-            for kind, record in (
-                json.loads(line) for line in claimed.read_text().splitlines() if line
-            )
-        ]
-        for i in range(0, len(batch), self.batch_size):
-            self._write(conn, batch[i : i + self.batch_size])
-        claimed.unlink()
+            self._ingesting = True
+            if self.spill_path.exists():
+                self.spill_path.rename(self.spill_path.with_suffix(f".{time.time_ns()}.ingest"))
+        try:
+            for claimed in sorted(self.path.parent.glob(pattern)):
+                batch: list[tuple[str, dict[str, Any]]] = [
+                    (kind, record)
+                    for kind, record in (
+                        json.loads(line) for line in claimed.read_text().splitlines() if line
+                    )
+                ]
+                for i in range(0, len(batch), self.batch_size):
+                    self._write(conn, batch[i : i + self.batch_size])  # upserts: idempotent
+                claimed.unlink()
+        finally:
+            self._ingesting = False
 
     # -- lifecycle -------------------------------------------------------------------------
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything enqueued so far is stored; ``False`` on timeout."""
         deadline = time.monotonic() + timeout
-        while self._queue.unfinished_tasks or self.spill_path.exists():
+        while self._queue.unfinished_tasks or self.spill_path.exists() or self._ingesting:
             if self._writer is None:
                 self._start()
             if time.monotonic() > deadline:

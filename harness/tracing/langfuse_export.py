@@ -1,0 +1,453 @@
+"""Export the local trace store to Langfuse (extra ``langfuse``), losing nothing.
+
+The exporter reads un-exported rows from the :class:`TraceStore` outbox, turns them into
+OpenTelemetry spans carrying Langfuse's attribute schema (``LangfuseOtelSpanAttributes``),
+and sends them through the real Langfuse SDK's pipeline (its span processor and OTLP
+exporter, gzip, auth headers). Scores go through the SDK's API client. A row is marked
+exported only after the server accepted it; failures are retried with exponential backoff;
+the outbox state lives in SQLite, so a restarted exporter resumes where it stopped. Span and
+trace ids are the stored ones, so a resend after a crash updates instead of duplicating.
+
+Export runs in its own thread (:meth:`LangfuseExporter.start`) and never blocks an agent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from evoharness.harness.errors import ConfigError, MissingExtraError
+from evoharness.harness.tracing.ids import root_span_id
+from evoharness.harness.tracing.store import TraceStore
+
+try:
+    import langfuse
+    from langfuse.api.scores.types import CreateScoreRequest
+    from opentelemetry import trace as otel
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+except ImportError as exc:  # pragma: no cover - exercised by the extras test
+    raise MissingExtraError(
+        extra="langfuse", module=exc.name or "langfuse", feature="Langfuse export"
+    ) from exc
+
+log = logging.getLogger("evoharness.tracing.export")
+_SOURCES = {"human": "ANNOTATION"}  # everything else is "API"; our source goes in metadata
+
+
+@dataclass
+class ExportCycle:
+    """What one :meth:`LangfuseExporter.export_once` did."""
+
+    spans_sent: int = 0
+    spans_ok: int = 0
+    scores_sent: int = 0
+    scores_ok: int = 0
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return (
+            self.error is not None
+            or self.spans_ok < self.spans_sent
+            or (self.scores_ok < self.scores_sent)
+        )
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+def _dumps(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+class LangfuseExporter:
+    """Ships the trace outbox to a Langfuse project.
+
+    Args:
+        store: The local store to drain.
+        public_key / secret_key / base_url: Langfuse credentials and host; default from
+            ``LANGFUSE_PUBLIC_KEY``, ``LANGFUSE_SECRET_KEY`` and ``LANGFUSE_BASE_URL`` (or
+            ``LANGFUSE_HOST``). Missing keys are an error here (the SDK would silently
+            become a no-op).
+        batch_size: Rows per cycle and kind.
+        timeout_s: HTTP timeout per request.
+        stale_after_s: A trace still ``running`` after this long (its process died) is
+            exported as ``incomplete``.
+        max_backoff_s: Upper bound of the retry delay after failed cycles.
+    """
+
+    def __init__(
+        self,
+        store: TraceStore,
+        *,
+        public_key: str | None = None,
+        secret_key: str | None = None,
+        base_url: str | None = None,
+        environment: str | None = None,
+        batch_size: int = 500,
+        timeout_s: int = 5,
+        stale_after_s: float = 3600.0,
+        max_backoff_s: float = 60.0,
+    ) -> None:
+        public_key = public_key or os.environ.get("LANGFUSE_PUBLIC_KEY")
+        secret_key = secret_key or os.environ.get("LANGFUSE_SECRET_KEY")
+        base_url = (
+            base_url or os.environ.get("LANGFUSE_BASE_URL") or os.environ.get("LANGFUSE_HOST")
+        )
+        if not (public_key and secret_key and base_url):
+            raise ConfigError(
+                "Langfuse export needs public_key, secret_key and base_url (or the "
+                "LANGFUSE_PUBLIC_KEY, LANGFUSE_SECRET_KEY and LANGFUSE_BASE_URL variables)",
+                field="public_key",
+            )
+        self.store = store
+        self.batch_size = batch_size
+        self.stale_after_s = stale_after_s
+        self.max_backoff_s = max_backoff_s
+        self.environment = environment
+        self._attrs = langfuse.LangfuseOtelSpanAttributes
+        self._ids = _PresetIds()
+        self._recorder = _RecordingExporter(
+            OTLPSpanExporter(
+                endpoint=f"{base_url.rstrip('/')}/api/public/otel/v1/traces",
+                headers=_headers(public_key, secret_key),
+                timeout=timeout_s,
+                compression=Compression.Gzip,
+            )
+        )
+        self._provider = TracerProvider(id_generator=self._ids)
+        self.client = langfuse.Langfuse(
+            public_key=public_key,
+            secret_key=secret_key,
+            base_url=base_url,
+            tracer_provider=self._provider,
+            span_exporter=self._recorder,
+            should_export_span=lambda span: True,
+            flush_at=batch_size,
+            flush_interval=3600,
+            timeout=timeout_s,
+            environment=environment,
+        )
+        self._tracer = self._provider.get_tracer("evoharness")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failures = 0
+
+    # -- spans -----------------------------------------------------------------------------
+    def _span_attrs(self, obs: dict[str, Any], trace: dict[str, Any] | None) -> dict[str, Any]:
+        a = self._attrs
+        attrs: dict[str, Any] = {a.OBSERVATION_TYPE: obs["type"], a.OBSERVATION_LEVEL: obs["level"]}
+        if obs.get("input") is not None:
+            attrs[a.OBSERVATION_INPUT] = _dumps(obs["input"])
+        if obs.get("output") is not None:
+            attrs[a.OBSERVATION_OUTPUT] = _dumps(obs["output"])
+        if obs.get("status_message"):
+            attrs[a.OBSERVATION_STATUS_MESSAGE] = obs["status_message"]
+        if obs.get("model"):
+            attrs[a.OBSERVATION_MODEL] = obs["model"]
+        usage = obs.get("usage")
+        if usage:
+            attrs[a.OBSERVATION_USAGE_DETAILS] = json.dumps(
+                {
+                    "input": usage["input_tokens"],
+                    "output": usage["output_tokens"],
+                    "total": usage["total_tokens"],
+                    **(
+                        {"input_cached_tokens": usage["cached_input_tokens"]}
+                        if usage.get("cached_input_tokens")
+                        else {}
+                    ),
+                }
+            )
+        meta = dict(obs.get("metadata") or {})
+        for key in ("prompt_token_ids", "completion_token_ids", "logprobs"):
+            if obs.get(key) is not None:
+                meta[key] = obs[key]
+        for key, value in meta.items():
+            attrs[f"{a.OBSERVATION_METADATA}.{key}"] = _dumps(value)
+        env = (trace or {}).get("environment") or self.environment
+        if env:
+            attrs[a.ENVIRONMENT] = env
+        if trace is not None:
+            if trace.get("prompt_name"):
+                attrs[a.OBSERVATION_PROMPT_NAME] = trace["prompt_name"]
+                attrs[a.OBSERVATION_PROMPT_VERSION] = str(trace.get("prompt_version") or "")
+            if trace.get("user_id"):
+                attrs[a.TRACE_USER_ID] = trace["user_id"]
+            if trace.get("session_id"):
+                attrs[a.TRACE_SESSION_ID] = trace["session_id"]
+            if obs["id"] == root_span_id(obs["trace_id"]):
+                attrs[a.TRACE_NAME] = trace.get("name") or "agent"
+                attrs[a.AS_ROOT] = True
+                if trace.get("tags"):
+                    attrs[a.TRACE_TAGS] = list(trace["tags"])
+                trace_meta = {
+                    "run_id": trace.get("run_id"),
+                    "status": trace.get("status"),
+                    "thread_id": trace.get("thread_id"),
+                    "error": trace.get("error"),
+                    "policy_version": trace.get("policy_version"),
+                    "skill_ids": trace.get("skill_ids"),
+                    "parent_trace_id": trace.get("parent_trace_id"),
+                    "parent_observation_id": trace.get("parent_observation_id"),
+                    **(trace.get("metadata") or {}),
+                }
+                for key, value in trace_meta.items():
+                    if value not in (None, [], ""):
+                        attrs[f"{a.TRACE_METADATA}.{key}"] = _dumps(value)
+        return attrs
+
+    def _emit(self, obs: dict[str, Any], trace: dict[str, Any] | None) -> str:
+        """Create and end one span with the stored ids and times; returns its span id."""
+        if obs.get("parent_id"):
+            parent = otel.NonRecordingSpan(
+                otel.SpanContext(
+                    trace_id=int(obs["trace_id"], 16),
+                    span_id=int(obs["parent_id"], 16),
+                    is_remote=True,
+                    trace_flags=otel.TraceFlags(otel.TraceFlags.SAMPLED),
+                )
+            )
+            ctx = otel.set_span_in_context(parent)
+        else:
+            ctx = otel.set_span_in_context(otel.INVALID_SPAN)
+        self._ids.preset(int(obs["trace_id"], 16), int(obs["id"], 16))
+        try:
+            span = self._tracer.start_span(
+                obs["name"],
+                context=ctx,
+                start_time=_ns(obs["start_time"]),
+                attributes=self._span_attrs(obs, trace),
+            )
+        finally:
+            self._ids.clear()
+        end = obs.get("end_time") or obs["start_time"]
+        span.end(end_time=_ns(end))
+        return str(obs["id"])
+
+    def _root_from_trace(self, trace: dict[str, Any]) -> dict[str, Any]:
+        """A root observation for a trace whose process died before writing one."""
+        return {
+            "id": root_span_id(trace["id"]),
+            "trace_id": trace["id"],
+            "parent_id": trace.get("parent_observation_id"),
+            "type": "agent",
+            "name": trace.get("name") or "agent",
+            "start_time": trace["start_time"],
+            "end_time": trace.get("end_time") or trace["start_time"],
+            "input": trace.get("input"),
+            "output": trace.get("output"),
+            "level": "WARNING",
+            "status_message": "run did not finish (incomplete)",
+            "metadata": {},
+        }
+
+    # -- one cycle -------------------------------------------------------------------------
+    def export_once(self) -> ExportCycle:
+        """Send one batch of pending observations, finished traces and scores."""
+        cycle = ExportCycle()
+        observations = self.store.pending("observation", self.batch_size)
+        traces = self.store.pending("trace", self.batch_size)
+        now = time.time()
+        sent_obs: list[tuple[str, float]] = []
+        sent_traces: list[tuple[str, float, str]] = []
+        trace_rows: dict[str, dict[str, Any] | None] = {}
+
+        def trace_of(tid: str) -> dict[str, Any] | None:
+            if tid not in trace_rows:
+                t = self.store.trace(tid)
+                trace_rows[tid] = t.model_dump(mode="json") if t else None
+            return trace_rows[tid]
+
+        try:
+            for obs, updated in observations:
+                self._emit(obs, trace_of(obs["trace_id"]))
+                sent_obs.append((obs["id"], updated))
+            in_batch = {o["id"] for o, _ in observations}
+            for trace, updated in traces:
+                running = trace["status"] == "running"
+                if running and now - trace["start_time"] < self.stale_after_s:
+                    continue
+                if running:
+                    trace = {**trace, "status": "incomplete"}
+                root = root_span_id(trace["id"])
+                if root not in in_batch:
+                    stored = next(
+                        (
+                            o.model_dump(mode="json")
+                            for o in self.store.observations(trace["id"])
+                            if o.id == root
+                        ),
+                        None,
+                    )
+                    self._emit(stored or self._root_from_trace(trace), trace)
+                sent_traces.append((trace["id"], updated, root))
+            cycle.spans_sent = len(sent_obs) + len(sent_traces)
+            self._recorder.reset()
+            if cycle.spans_sent:
+                self.client.flush()
+            ok = self._recorder.succeeded()
+            done_obs = [(i, u) for i, u in sent_obs if i in ok]
+            done_traces = [(i, u) for i, u, root in sent_traces if root in ok]
+            self.store.mark_exported("observation", done_obs)
+            self.store.mark_exported("trace", done_traces)
+            cycle.spans_ok = len(done_obs) + len(done_traces)
+            self._export_scores(cycle)
+        except Exception as exc:  # never propagate into the caller's loop; retry later
+            cycle.error = f"{type(exc).__name__}: {exc}"
+            log.warning("Langfuse export cycle failed: %s", cycle.error)
+        return cycle
+
+    def _export_scores(self, cycle: ExportCycle) -> None:
+        pending = self.store.pending("score", self.batch_size)
+        if not pending:
+            return
+        requests = []
+        for s, _ in pending:
+            requests.append(
+                CreateScoreRequest(
+                    id=s["id"],
+                    trace_id=s["trace_id"],
+                    observation_id=s.get("observation_id"),
+                    name=s["name"],
+                    value=s["value"],
+                    data_type=s["data_type"],
+                    comment=s.get("comment"),
+                    metadata={"source": s["source"], "rubric_version": s.get("rubric_version")},
+                    source=_SOURCES.get(s["source"], "API"),
+                    timestamp=datetime.fromtimestamp(s["created_at"], tz=UTC),
+                    environment=self.environment,
+                )
+            )
+        cycle.scores_sent = len(requests)
+        self.client.api.scores.create(request=requests)
+        self.store.mark_exported("score", [(s["id"], u) for s, u in pending])
+        cycle.scores_ok = len(requests)
+
+    # -- background loop -------------------------------------------------------------------
+    def drain(self, timeout: float = 60.0, interval: float = 0.2) -> bool:
+        """Export until nothing is pending (True) or ``timeout`` passes (False)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            cycle = self.export_once()
+            counts = self.store.counts()
+            if not cycle.failed and not (
+                counts["observations_pending"]
+                or counts["scores_pending"]
+                or self._finished_traces_pending()
+            ):
+                return True
+            time.sleep(interval)
+        return False
+
+    def _finished_traces_pending(self) -> bool:
+        now = time.time()
+        return any(
+            t["status"] != "running" or now - t["start_time"] >= self.stale_after_s
+            for t, _ in self.store.pending("trace", self.batch_size)
+        )
+
+    def start(self, interval: float = 1.0) -> None:
+        """Export in a background thread until :meth:`stop` (backoff on failures)."""
+        if self._thread is not None:
+            return
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                cycle = self.export_once()
+                if cycle.failed:
+                    self.failures += 1
+                    delay = min(self.max_backoff_s, interval * 2 ** min(self.failures, 10))
+                    delay *= random.uniform(0.8, 1.2)
+                else:
+                    self.failures = 0
+                    delay = 0.0 if cycle.spans_sent >= self.batch_size else interval
+                self._stop.wait(delay)
+
+        self._thread = threading.Thread(target=loop, name="evoharness-langfuse-export", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the background loop and shut the SDK client down."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self.client.shutdown()
+
+
+def _headers(public_key: str, secret_key: str) -> dict[str, str]:
+    import base64
+
+    token = base64.b64encode(f"{public_key}:{secret_key}".encode()).decode()
+    return {
+        "Authorization": f"Basic {token}",
+        "x-langfuse-sdk-name": "python",
+        "x-langfuse-sdk-version": str(getattr(langfuse, "__version__", "unknown")),
+        "x-langfuse-public-key": public_key,
+        "x-langfuse-ingestion-version": "4",
+    }
+
+
+class _PresetIds(IdGenerator):
+    """OTel id generator that hands out the stored ids (so resends are idempotent)."""
+
+    def __init__(self) -> None:
+        self._random = RandomIdGenerator()
+        self._local = threading.local()
+
+    def preset(self, trace_id: int, span_id: int) -> None:
+        self._local.ids = (trace_id, span_id)
+
+    def clear(self) -> None:
+        self._local.ids = None
+
+    def generate_span_id(self) -> int:
+        ids = getattr(self._local, "ids", None)
+        return int(ids[1]) if ids else self._random.generate_span_id()
+
+    def generate_trace_id(self) -> int:
+        ids = getattr(self._local, "ids", None)
+        return int(ids[0]) if ids else self._random.generate_trace_id()
+
+
+class _RecordingExporter(SpanExporter):
+    """Wraps the OTLP exporter and remembers which span ids the server accepted."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self.inner = inner
+        self._ok: set[str] = set()
+        self._lock = threading.Lock()
+
+    def reset(self) -> None:
+        with self._lock:
+            self._ok.clear()
+
+    def succeeded(self) -> set[str]:
+        with self._lock:
+            return set(self._ok)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self.inner.export(spans)
+        if result == SpanExportResult.SUCCESS:
+            with self._lock:
+                self._ok.update(format(s.context.span_id, "016x") for s in spans if s.context)
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(self.inner.force_flush(timeout_millis))

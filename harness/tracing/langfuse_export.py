@@ -1,12 +1,18 @@
 """Export the local trace store to Langfuse (extra ``langfuse``), losing nothing.
 
 The exporter reads un-exported rows from the :class:`TraceStore` outbox, turns them into
-OpenTelemetry spans carrying Langfuse's attribute schema (``LangfuseOtelSpanAttributes``),
-and sends them through the real Langfuse SDK's pipeline (its span processor and OTLP
-exporter, gzip, auth headers). Scores go through the SDK's API client. A row is marked
-exported only after the server accepted it; failures are retried with exponential backoff;
-the outbox state lives in SQLite, so a restarted exporter resumes where it stopped. Span and
+OpenTelemetry spans carrying the Langfuse SDK's attribute schema
+(``langfuse.LangfuseOtelSpanAttributes``) and sends them to Langfuse's OTLP endpoint with
+the same OTLP/HTTP exporter, gzip and auth headers the SDK uses. Scores go through the
+SDK's API client (``langfuse.api.LangfuseAPI``). A row is marked exported only after the
+server accepted the batch holding it; failures are retried with exponential backoff; the
+outbox state lives in SQLite, so a restarted exporter resumes where it stopped. Span and
 trace ids are the stored ones, so a resend after a crash updates instead of duplicating.
+
+Why not ``langfuse.Langfuse()`` for spans: that client is a per-public-key singleton (a
+second one in a process silently keeps the first one's endpoint and pipeline), its span
+queue drops on overflow, and it does not report per-batch results. We keep its schema and
+wire format and own the delivery guarantees.
 
 Export runs in its own thread (:meth:`LangfuseExporter.start`) and never blocks an agent.
 """
@@ -30,12 +36,17 @@ from evoharness.harness.tracing.store import TraceStore
 
 try:
     import langfuse
+    from langfuse.api import LangfuseAPI
     from langfuse.api.scores.types import CreateScoreRequest
     from opentelemetry import trace as otel
     from opentelemetry.exporter.otlp.proto.http import Compression
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
     from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 except ImportError as exc:  # pragma: no cover - exercised by the extras test
     raise MissingExtraError(
@@ -129,17 +140,23 @@ class LangfuseExporter:
             )
         )
         self._provider = TracerProvider(id_generator=self._ids)
-        self.client = langfuse.Langfuse(
-            public_key=public_key,
-            secret_key=secret_key,
-            base_url=base_url,
-            tracer_provider=self._provider,
-            span_exporter=self._recorder,
-            should_export_span=lambda span: True,
-            flush_at=batch_size,
-            flush_interval=3600,
+        self._provider.add_span_processor(
+            BatchSpanProcessor(
+                self._recorder,
+                max_queue_size=4 * batch_size + 16,
+                max_export_batch_size=batch_size,
+                schedule_delay_millis=3_600_000,
+                export_timeout_millis=timeout_s * 1000,
+            )
+        )
+        self.api = LangfuseAPI(
+            base_url=base_url.rstrip("/"),
+            username=public_key,
+            password=secret_key,
+            x_langfuse_sdk_name="python",
+            x_langfuse_sdk_version=str(getattr(langfuse, "__version__", "unknown")),
+            x_langfuse_public_key=public_key,
             timeout=timeout_s,
-            environment=environment,
         )
         self._tracer = self._provider.get_tracer("evoharness")
         self._stop = threading.Event()
@@ -298,7 +315,7 @@ class LangfuseExporter:
             cycle.spans_sent = len(sent_obs) + len(sent_traces)
             self._recorder.reset()
             if cycle.spans_sent:
-                self.client.flush()
+                self._provider.force_flush()
             ok = self._recorder.succeeded()
             done_obs = [(i, u) for i, u in sent_obs if i in ok]
             done_traces = [(i, u) for i, u, root in sent_traces if root in ok]
@@ -333,7 +350,7 @@ class LangfuseExporter:
                 )
             )
         cycle.scores_sent = len(requests)
-        self.client.api.scores.create(request=requests)
+        self.api.scores.create(request=requests)
         self.store.mark_exported("score", [(s["id"], u) for s, u in pending])
         cycle.scores_ok = len(requests)
 
@@ -381,11 +398,11 @@ class LangfuseExporter:
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the background loop and shut the SDK client down."""
+        """Stop the background loop and the span pipeline."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        self.client.shutdown()
+        self._provider.shutdown()
 
 
 def _headers(public_key: str, secret_key: str) -> dict[str, str]:

@@ -1,3 +1,21 @@
-"""Offline jobs that grade traces and improve agents (grows with the evolve issues)."""
+"""Offline jobs that grade traces and improve agents; they read traces via ``TraceSource``."""
 
-__all__: list[str] = []
+from evoharness.evolve.traces import (
+    Episode,
+    EpisodeFilter,
+    LangfuseTraceSource,
+    LocalTraceSource,
+    ToolCallRecord,
+    TraceSource,
+    build_episode,
+)
+
+__all__ = [
+    "Episode",
+    "EpisodeFilter",
+    "LangfuseTraceSource",
+    "LocalTraceSource",
+    "ToolCallRecord",
+    "TraceSource",
+    "build_episode",
+]

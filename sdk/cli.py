@@ -21,6 +21,8 @@ from rich.table import Table
 
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import Tracer, TraceStore
+from evoharness.sdk.cli_traces import TRACE_DB
+from evoharness.sdk.cli_traces import app as traces_app
 from evoharness.sdk.environment import load_environment
 from evoharness.sdk.models import model_factory
 from evoharness.sdk.runner import RunReport, TaskResult, run_tasks, write_results
@@ -36,8 +38,8 @@ bench_app = typer.Typer(
     help="Benchmarks that compare against a baseline in the same run.", no_args_is_help=True
 )
 app.add_typer(bench_app, name="bench")
+app.add_typer(traces_app, name="traces")
 console = Console()
-TRACE_DB = Path(".evoharness/traces.db")
 
 
 def _version(value: bool) -> None:

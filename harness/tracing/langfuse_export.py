@@ -81,7 +81,8 @@ def _ns(seconds: float) -> int:
 
 
 def _dumps(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, default=str)
+    # Always JSON, strings included, so a reader that parses IO as JSON gets the value back.
+    return json.dumps(value, default=str)
 
 
 class LangfuseExporter:
@@ -225,6 +226,9 @@ class LangfuseExporter:
                 for key, value in trace_meta.items():
                     if value not in (None, [], ""):
                         attrs[f"{a.TRACE_METADATA}.{key}"] = _dumps(value)
+                # Langfuse's observation API returns observation metadata, not trace
+                # metadata: keep the whole trace row on the root for read-back.
+                attrs[f"{a.OBSERVATION_METADATA}.evoharness_trace"] = json.dumps(trace)
         return attrs
 
     def _emit(self, obs: dict[str, Any], trace: dict[str, Any] | None) -> str:

@@ -1,0 +1,157 @@
+"""``evoharness traces``: look at the local trace store and export it."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.tree import Tree
+
+from evoharness.harness import ConfigError
+from evoharness.harness.tracing import Observation, TraceStore
+
+app = typer.Typer(help="Inspect and export recorded traces.", no_args_is_help=True)
+console = Console()
+TRACE_DB = Path(".evoharness/traces.db")
+DbOption = Annotated[Path, typer.Option("--db", help="Local trace store (SQLite).")]
+
+
+def _open(db: Path) -> TraceStore:
+    if not db.exists():
+        raise ConfigError(f"no trace store at {db}; run `evoharness run` first or pass --db")
+    return TraceStore(db)
+
+
+def _preview(value: object, width: int = 80) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@app.command("list")
+def list_traces(
+    db: DbOption = TRACE_DB,
+    limit: Annotated[int, typer.Option(min=1)] = 20,
+    status: Annotated[str | None, typer.Option(help="ok, error, running, incomplete")] = None,
+    tag: Annotated[list[str] | None, typer.Option(help="Only traces with this tag")] = None,
+) -> None:
+    """The newest traces with their status, size and scores."""
+    store = _open(db)
+    table = Table(title=f"traces in {db}")
+    for col in ("trace id", "run", "status", "started", "secs", "obs", "tokens", "scores"):
+        table.add_column(col, overflow="fold")
+    shown = 0
+    for t in store.traces(status=status):
+        if tag and not set(tag) <= set(t.tags):
+            continue
+        obs = store.observations(t.id)
+        tokens = sum(o.usage.total_tokens for o in obs if o.usage)
+        scores = ", ".join(f"{s.name}={s.value}" for s in store.scores(t.id))
+        secs = f"{t.end_time - t.start_time:.2f}" if t.end_time else "-"
+        table.add_row(
+            t.id[:12],
+            t.run_id,
+            t.status,
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t.start_time)),
+            secs,
+            str(len(obs)),
+            str(tokens),
+            scores,
+        )
+        shown += 1
+        if shown >= limit:
+            break
+    console.print(table)
+
+
+@app.command()
+def show(
+    trace_id: Annotated[str, typer.Argument(help="Trace id or a unique prefix of it")],
+    db: DbOption = TRACE_DB,
+) -> None:
+    """A trace as a tree: agent, model calls, tool calls and harness decisions."""
+    store = _open(db)
+    matches = [t for t in store.traces() if t.id.startswith(trace_id)]
+    if len(matches) != 1:
+        raise ConfigError(f"{len(matches)} traces match {trace_id!r}; give more of the id")
+    t = matches[0]
+    obs = store.observations(t.id)
+    children: dict[str | None, list[Observation]] = {}
+    ids = {o.id for o in obs}
+    for o in obs:
+        children.setdefault(o.parent_id if o.parent_id in ids else None, []).append(o)
+    head = f"[bold]{t.name}[/bold] {t.id} run={t.run_id} status={t.status}"
+    if t.parent_trace_id:
+        head += f" (sub-agent of {t.parent_trace_id[:12]})"
+    tree = Tree(head)
+    tree.add(f"input: {_preview(t.input)}")
+
+    def label(o: Observation) -> str:
+        style = {"generation": "cyan", "tool": "green", "event": "yellow", "agent": "bold"}
+        parts = [f"[{style.get(o.type, 'white')}]{o.type}[/] {o.name}"]
+        if o.latency_ms is not None and o.type != "event":
+            parts.append(f"{o.latency_ms:.1f} ms")
+        if o.usage:
+            parts.append(f"{o.usage.input_tokens}+{o.usage.output_tokens} tok")
+        if o.level in ("ERROR", "WARNING"):
+            parts.append(f"[red]{o.level}[/red] {o.status_message or ''}")
+        if o.type == "tool":
+            parts.append(f"args={_preview(o.input, 50)} -> {_preview(o.output, 60)}")
+        if o.type == "event":
+            parts.append(_preview({k: v for k, v in o.metadata.items() if k != "source"}, 70))
+        return "  ".join(parts)
+
+    def add(node: Tree, parent: str | None) -> None:
+        for o in children.get(parent, []):
+            add(node.add(label(o)), o.id)
+
+    add(tree, None)
+    tree.add(f"output: {_preview(t.output)}")
+    for s in store.scores(t.id):
+        tree.add(f"score {s.name} = {s.value} ({s.source}) {s.comment or ''}")
+    console.print(tree)
+
+
+@app.command()
+def stats(db: DbOption = TRACE_DB) -> None:
+    """Row counts, export backlog and run statuses."""
+    store = _open(db)
+    counts = store.counts()
+    table = Table(title=f"trace store {db}")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for key, value in counts.items():
+        table.add_row(key, str(value))
+    for status, n in Counter(t.status for t in store.traces()).most_common():
+        table.add_row(f"status {status}", str(n))
+    console.print(table)
+
+
+@app.command()
+def export(
+    db: DbOption = TRACE_DB,
+    timeout: Annotated[float, typer.Option(help="Give up after this many seconds")] = 120.0,
+) -> None:
+    """Send everything pending to Langfuse (LANGFUSE_PUBLIC_KEY/SECRET_KEY/BASE_URL)."""
+    from evoharness.harness.tracing.langfuse_export import LangfuseExporter
+
+    store = _open(db)
+    exporter = LangfuseExporter(store)
+    try:
+        done = exporter.drain(timeout)
+    finally:
+        exporter.stop()
+    counts = store.counts()
+    console.print(
+        f"pending after export: traces={counts['traces_pending']} "
+        f"observations={counts['observations_pending']} "
+        f"scores={counts['scores_pending']}"
+    )
+    if not done:
+        console.print("[red]export incomplete; rows stay pending and will be retried[/red]")
+        raise typer.Exit(1)

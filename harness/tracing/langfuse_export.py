@@ -9,6 +9,9 @@ server accepted the batch holding it; failures are retried with exponential back
 outbox state lives in SQLite, so a restarted exporter resumes where it stopped. Span and
 trace ids are the stored ones, so a resend after a crash updates instead of duplicating.
 
+Values are JSON-encoded like the SDK v5 encodes metadata (strings included), for input and
+output too, so a reader that parses IO as JSON gets back exactly what was stored.
+
 Why not ``langfuse.Langfuse()`` for spans: that client is a per-public-key singleton (a
 second one in a process silently keeps the first one's endpoint and pipeline), its span
 queue drops on overflow, and it does not report per-batch results. We keep its schema and

@@ -217,10 +217,22 @@ def bench_overhead(
     overhead.run(rounds=rounds, reps=reps, echo=console.print)
 
 
+@bench_app.command("tracing")
+def bench_tracing(
+    observations: Annotated[int, typer.Option(min=100)] = 10_000,
+    outage_s: Annotated[float, typer.Option(min=0.0)] = 30.0,
+) -> None:
+    """8 sessions through a Langfuse outage: local outbox + exporter vs. the SDK direct."""
+    from evoharness.sdk.benchmarks import tracing
+
+    tracing.run(total=observations, outage_s=outage_s, echo=console.print)
+
+
 @bench_app.command("all")
 def bench_all() -> None:
     """Every benchmark, one after another."""
     bench_overhead(rounds=50, reps=30)
+    bench_tracing(observations=10_000, outage_s=30.0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

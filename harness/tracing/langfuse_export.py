@@ -35,7 +35,7 @@ from typing import Any
 
 from evoharness.harness.errors import ConfigError, MissingExtraError
 from evoharness.harness.tracing.ids import root_span_id
-from evoharness.harness.tracing.store import TraceStore
+from evoharness.harness.tracing.store import Kind, TraceStore
 
 try:
     import langfuse
@@ -102,6 +102,9 @@ class LangfuseExporter:
         stale_after_s: A trace still ``running`` after this long (its process died) is
             exported as ``incomplete``.
         max_backoff_s: Upper bound of the retry delay after failed cycles.
+        sample_rate: Share of traces sent to Langfuse, decided per trace id (whole traces
+            are kept or skipped; everything stays in the local store either way). Scores
+            of skipped traces are skipped too.
     """
 
     def __init__(
@@ -116,7 +119,10 @@ class LangfuseExporter:
         timeout_s: int = 5,
         stale_after_s: float = 3600.0,
         max_backoff_s: float = 60.0,
+        sample_rate: float = 1.0,
     ) -> None:
+        if not 0.0 <= sample_rate <= 1.0:
+            raise ConfigError("sample_rate must be between 0 and 1", field="sample_rate")
         public_key = public_key or os.environ.get("LANGFUSE_PUBLIC_KEY")
         secret_key = secret_key or os.environ.get("LANGFUSE_SECRET_KEY")
         base_url = (
@@ -133,6 +139,7 @@ class LangfuseExporter:
         self.stale_after_s = stale_after_s
         self.max_backoff_s = max_backoff_s
         self.environment = environment
+        self.sample_rate = sample_rate
         self._attrs = langfuse.LangfuseOtelSpanAttributes
         self._ids = _PresetIds()
         self._recorder = _RecordingExporter(
@@ -280,11 +287,22 @@ class LangfuseExporter:
         }
 
     # -- one cycle -------------------------------------------------------------------------
+    def sampled(self, trace_id: str) -> bool:
+        """Whether ``trace_id`` is exported (deterministic: the same answer every time)."""
+        return self.sample_rate >= 1.0 or int(trace_id[:8], 16) / 0xFFFFFFFF < self.sample_rate
+
+    def _take(self, kind: Kind, trace_key: str) -> list[tuple[dict[str, Any], float]]:
+        rows = self.store.pending(kind, self.batch_size)
+        skipped = [(r["id"], u) for r, u in rows if not self.sampled(r[trace_key])]
+        if skipped:  # not sampled: done, without sending
+            self.store.mark_exported(kind, skipped)
+        return [(r, u) for r, u in rows if self.sampled(r[trace_key])]
+
     def export_once(self) -> ExportCycle:
         """Send one batch of pending observations, finished traces and scores."""
         cycle = ExportCycle()
-        observations = self.store.pending("observation", self.batch_size)
-        traces = self.store.pending("trace", self.batch_size)
+        observations = self._take("observation", "trace_id")
+        traces = self._take("trace", "id")
         now = time.time()
         sent_obs: list[tuple[str, float]] = []
         sent_traces: list[tuple[str, float, str]] = []
@@ -336,7 +354,7 @@ class LangfuseExporter:
         return cycle
 
     def _export_scores(self, cycle: ExportCycle) -> None:
-        pending = self.store.pending("score", self.batch_size)
+        pending = self._take("score", "trace_id")
         if not pending:
             return
         requests = []

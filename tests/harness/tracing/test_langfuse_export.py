@@ -170,3 +170,27 @@ def test_missing_credentials_are_a_clear_error(
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(ConfigError, match="LANGFUSE_PUBLIC_KEY"):
         LangfuseExporter(TraceStore(tmp_path / "t.db"))
+
+
+def test_sampling_keeps_whole_traces(tmp_path: Path, standin: LangfuseStandIn) -> None:
+    store = TraceStore(tmp_path / "t.db")
+    trace_ids = record_runs(store, n=8)
+    ex = exporter(store, standin, sample_rate=0.5)
+    assert ex.drain(20)
+    kept = {t for t in trace_ids if ex.sampled(t)}
+    assert 0 < len(kept) < 8
+    assert {s["trace_id"] for s in standin.spans.values()} == kept
+    assert {s["traceId"] for s in standin.scores.values()} == kept
+    assert store.counts()["observations_pending"] == 0  # skipped rows are done, not stuck
+    ex.stop()
+
+
+def test_tracing_benchmark_smoke() -> None:
+    from evoharness.sdk.benchmarks import tracing
+
+    lines: list[str] = []
+    result = tracing.run(total=600, outage_s=0.5, echo=lines.append)
+    assert result["ours"]["lost"] == 0
+    assert result["ours"]["exported"] == 600
+    assert lines[-1].startswith("lost=0 hot_path_us=")
+    assert "langfuse_direct_lost=" in lines[-1]

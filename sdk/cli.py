@@ -7,6 +7,7 @@ bad arguments (one clear line on stderr).
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -107,6 +108,12 @@ def execute_run(
     factory = model_factory(model, env, base_url=base_url, api_key_env=api_key_env)
     middleware = env.harness_middleware if harness else None
     tracer = Tracer(TraceStore(trace_db)) if trace_db is not None else None
+    exporter = None
+    if tracer is not None and os.environ.get("LANGFUSE_PUBLIC_KEY"):
+        from evoharness.harness.tracing.langfuse_export import LangfuseExporter
+
+        exporter = LangfuseExporter(tracer.store)  # credentials from LANGFUSE_* variables
+        exporter.start()
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -130,6 +137,14 @@ def execute_run(
         )
     if tracer is not None and not tracer.store.flush(30):
         console.print("[yellow]warning: traces still being written after 30 s[/yellow]")
+    if exporter is not None:
+        exported = exporter.drain(timeout=60)
+        exporter.stop()
+        if not exported:
+            console.print(
+                "[yellow]Langfuse export incomplete; the rest stays in the local "
+                "store: evoharness traces export[/yellow]"
+            )
     if out is not None:
         write_results(out, results)
     return RunReport.of(results), results

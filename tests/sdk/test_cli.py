@@ -41,3 +41,26 @@ def test_run_writes_results_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert [r["task_id"] for r in rows] == [f"shop-val-{i:03d}" for i in range(1, 6)]
     assert all(r["model_calls"] >= 1 and r["input_tokens"] > 0 for r in rows)
     assert "success rate" in capsys.readouterr().out
+
+
+def test_run_records_traces_and_exports_when_langfuse_is_configured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evoharness.harness.tracing import TraceStore
+    from evoharness.sdk.testing.langfuse_standin import LangfuseStandIn
+
+    db = tmp_path / "traces.db"
+    with LangfuseStandIn() as lf:
+        monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk-lf-cli")
+        monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-lf-cli")
+        monkeypatch.setenv("LANGFUSE_BASE_URL", lf.base_url)
+        code = main(
+            ["run", "--limit", "2", "--trace-db", str(db), "--out", str(tmp_path / "r.jsonl")]
+        )
+        assert code == 0
+        store = TraceStore(db)
+        counts = store.counts()
+        assert counts["traces"] == 2 and counts["observations_pending"] == 0
+        assert len(lf.spans) == counts["observations"]
+    rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert {r["trace_id"] for r in rows} == {t.id for t in store.traces()}

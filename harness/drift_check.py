@@ -17,6 +17,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
 from langgraph.types import Command
 
+from evoharness.harness._fold import MessageFold
 from evoharness.harness._messages import model_calls, text_of, with_note
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
@@ -120,6 +121,7 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
         self.severe_limit = severe_limit
         self.terminal_tool = terminal_tool
         self.events = events or EventLog()
+        self._calls = MessageFold(lambda n, m: n + isinstance(m, AIMessage), int)
 
     def _suspicion(self, messages: Sequence[AnyMessage]) -> tuple[str, list[str], float] | None:
         rounds = model_calls(messages)
@@ -177,7 +179,7 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
     ) -> DriftState | None:
         """The state after this reply, or ``None`` when this round is not checked."""
         history = request.state["messages"]
-        if (model_calls(history) + 1) % self.every:
+        if (self._calls(history) + 1) % self.every:
             return None  # cheap exit: most rounds are not checked
         messages = cast(list[AnyMessage], [*history, *response.result])
         guard = cast(DriftGuardState, request.state.get("drift_guard") or {})
@@ -228,7 +230,7 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
 
     def _prepare(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         guard = cast(DriftGuardState, request.state.get("drift_guard") or {})
-        if "hint_for" not in guard or guard["hint_for"] != model_calls(request.messages):
+        if "hint_for" not in guard or guard["hint_for"] != self._calls(request.state["messages"]):
             return request
         request = with_note(request, [guard.get("hint", "")])
         if guard.get("force") and self.terminal_tool:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, AnyMessage
 
+from evoharness.harness._fold import MessageFold
 from evoharness.harness._messages import last_ai, with_note
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
@@ -66,6 +67,7 @@ class TokenBudgetMiddleware(AgentMiddleware[Any, Any, Any]):
         self.minimal_at = minimal_at
         self.hints = {**DEFAULT_HINTS, **(hints or {})}
         self.events = events or EventLog()
+        self._used = MessageFold(lambda acc, m: acc + tokens_used([m]), int)
 
     def tier(self, used: int) -> Tier:
         """The tier for ``used`` tokens."""
@@ -76,7 +78,7 @@ class TokenBudgetMiddleware(AgentMiddleware[Any, Any, Any]):
 
     def _prepare(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         messages = request.messages
-        used = tokens_used(messages)
+        used = self._used(messages)
         tier = self.tier(used)
         newest = last_ai(messages)
         before = self.tier(used - tokens_used([newest])) if newest is not None else "normal"

@@ -124,6 +124,7 @@ class ToolGuardMiddleware(AgentMiddleware[PhaseState, Any, Any]):
         self.assertions = tuple(assertions)
         self.events = events or EventLog()
         self._known: set[str] = set()
+        self._seen_tools: object = None
 
     # -- pre_tool_call ---------------------------------------------------------------------
     def _available(self) -> list[str]:
@@ -240,6 +241,9 @@ class ToolGuardMiddleware(AgentMiddleware[PhaseState, Any, Any]):
         return await handler(request)
 
     def _remember(self, request: ModelRequest[Any]) -> None:
+        if request.tools is self._seen_tools:  # the same list every round
+            return
+        self._seen_tools = request.tools
         for tool in request.tools:
             name = tool.get("name") if isinstance(tool, dict) else tool.name
             if isinstance(name, str):

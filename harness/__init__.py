@@ -45,6 +45,7 @@ from evoharness.harness.output_guard import (
     GuardRuleSet,
     OutputGuardMiddleware,
 )
+from evoharness.harness.reference import ReferenceMiddleware, ReferenceProvider
 from evoharness.harness.stack import HarnessConfig, default_middleware, events_of
 from evoharness.harness.token_budget import TokenBudgetMiddleware, tokens_used
 from evoharness.harness.tokens import approx_message_tokens, approx_tokens, message_text
@@ -78,6 +79,8 @@ __all__ = [
     "OutputGuardMiddleware",
     "Permit",
     "PhasePolicy",
+    "ReferenceMiddleware",
+    "ReferenceProvider",
     "Reject",
     "ScriptExhaustedError",
     "SessionScope",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, ToolErrorMiddleware
@@ -16,6 +17,7 @@ from evoharness.harness.events import EventLog
 from evoharness.harness.hooks import HookRegistry, HooksMiddleware
 from evoharness.harness.loop_detection import LoopDetectionMiddleware
 from evoharness.harness.output_guard import GuardRuleSet, OutputGuardMiddleware
+from evoharness.harness.reference import ReferenceMiddleware, ReferenceProvider
 from evoharness.harness.token_budget import TokenBudgetMiddleware
 from evoharness.harness.tool_guard import PhasePolicy, ToolGuardMiddleware
 
@@ -36,6 +38,8 @@ class HarnessConfig(BaseModel):
     drift_every: int | None = 3
     terminal_tool: str | None = None
     guard_rules: GuardRuleSet | None = None
+    guard_rules_path: Path | None = None
+    """A rule file reloaded when it changes (evolve publishes new versions there)."""
 
 
 def tool_error_text(exc: Exception, request: ToolCallRequest) -> str:
@@ -51,6 +55,7 @@ def default_middleware(
     events: EventLog | None = None,
     hooks: HookRegistry | None = None,
     breaker_backend: BreakerBackend | None = None,
+    references: ReferenceProvider | None = None,
     compose: bool = True,
 ) -> list[AgentMiddleware[Any, Any, Any]]:
     """The full harness, outermost first.
@@ -82,7 +87,11 @@ def default_middleware(
         )
     if c.budget_tokens is not None:
         stack.append(TokenBudgetMiddleware(budget_tokens=c.budget_tokens, events=log))
-    stack.append(OutputGuardMiddleware(rules=c.guard_rules, events=log))
+    if references is not None:
+        stack.append(ReferenceMiddleware(references, events=log))
+    stack.append(
+        OutputGuardMiddleware(rules=c.guard_rules, rules_path=c.guard_rules_path, events=log)
+    )
     stack.append(
         ToolGuardMiddleware(phases=c.phases, max_result_chars=c.max_result_chars, events=log)
     )

@@ -35,25 +35,21 @@ class CheckResult(BaseModel):
     failures: list[str] = Field(default_factory=list)
 
 
-def find_summary_call(messages: Sequence[BaseMessage]) -> dict[str, Any] | None:
-    """Arguments of the last *successful* ``shopping_summary`` call, or ``None``."""
-    ok_ids = {
-        m.tool_call_id
-        for m in messages
-        if isinstance(m, ToolMessage) and m.name == TERMINAL_TOOL and m.status != "error"
-    }
-    for m in reversed(messages):
-        if isinstance(m, AIMessage):
-            for call in m.tool_calls:
-                if call["name"] == TERMINAL_TOOL and call.get("id") in ok_ids:
-                    return dict(call["args"])
-    return None
-
-
 def ideal_tool_calls(task: ShopTask) -> int:
     """Tool calls of a clean run: planner, insight, searches, picker, shipping, summary."""
     platforms = len(task.constraints.platforms) or 4
     return 3 + platforms + task.constraints.count + 1
+
+
+def calls_of(messages: Sequence[BaseMessage]) -> list[tuple[str, dict[str, Any], bool]]:
+    """(tool name, args, succeeded) of every tool call in a run's messages."""
+    status = {m.tool_call_id: m.status != "error" for m in messages if isinstance(m, ToolMessage)}
+    return [
+        (c["name"], dict(c["args"]), status.get(c.get("id") or "", False))
+        for m in messages
+        if isinstance(m, AIMessage)
+        for c in m.tool_calls
+    ]
 
 
 def check_run(
@@ -64,11 +60,22 @@ def check_run(
     error: str | None = None,
 ) -> CheckResult:
     """Score ``messages`` (a run's final message list) against ``task``'s hidden constraints."""
+    return check_calls(task, calls_of(messages), catalogue, error=error)
+
+
+def check_calls(
+    task: ShopTask,
+    calls: Sequence[tuple[str, dict[str, Any], bool]],
+    catalogue: Catalogue,
+    *,
+    error: str | None = None,
+) -> CheckResult:
+    """Score a run given as its tool calls (name, args, succeeded), e.g. from a trace."""
     c = task.constraints
-    tool_calls = sum(len(m.tool_calls) for m in messages if isinstance(m, AIMessage))
+    tool_calls = len(calls)
     efficiency = min(1.0, ideal_tool_calls(task) / tool_calls) if tool_calls else 0.0
     failures: list[str] = ["run_error"] if error else []
-    args = find_summary_call(messages)
+    args = next((a for n, a, ok in reversed(calls) if n == TERMINAL_TOOL and ok), None)
     if args is None:
         return CheckResult(
             success=False,

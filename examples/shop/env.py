@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
@@ -21,6 +22,7 @@ from evoharness.harness import (
     BreakerConfig,
     ConfigError,
     HarnessConfig,
+    ReferenceProvider,
     default_middleware,
     key_by_arg,
 )
@@ -48,6 +50,8 @@ class ShopEnvironment:
         seed: Seeds the fault streams and the offline policy.
         breaker_backend: Share breaker state across sessions (e.g. Redis); by default each
             session has its own in-process breakers.
+        references: Learned references injected at session start (evolve's memory).
+        guard_rules_path: Output-guard rule file (evolve publishes new versions there).
     """
 
     name = "shop"
@@ -59,6 +63,8 @@ class ShopEnvironment:
         mistakes: MistakeRates | None = None,
         seed: int = 0,
         breaker_backend: BreakerBackend | None = None,
+        references: ReferenceProvider | None = None,
+        guard_rules_path: Path | None = None,
     ) -> None:
         if isinstance(faults, str):
             presets = {"demo": FaultConfig.demo, "none": FaultConfig.none}
@@ -71,6 +77,8 @@ class ShopEnvironment:
         self.mistakes = mistakes or MistakeRates()
         self.seed = seed
         self.breaker_backend = breaker_backend
+        self.references = references
+        self.guard_rules_path = guard_rules_path
         self.manifest = load_manifest()
         self.catalogue: Catalogue = generate_catalogue(self.manifest.catalogue_seed)
 
@@ -117,5 +125,8 @@ class ShopEnvironment:
             ),
             breaker_key=key_by_arg("platform", tools={"item_search"}),
             terminal_tool=TERMINAL_TOOL,
+            guard_rules_path=self.guard_rules_path,
         )
-        return default_middleware(config, breaker_backend=self.breaker_backend)
+        return default_middleware(
+            config, breaker_backend=self.breaker_backend, references=self.references
+        )

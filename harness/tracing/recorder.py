@@ -188,6 +188,9 @@ class Tracer:
         ctx = current_context()
         if ctx is None:
             return
+        run = self._runs.get(ctx.trace_id)
+        if run is not None and isinstance(event.data.get("skill_ids"), list):
+            run.info.skill_ids = [str(i) for i in event.data["skill_ids"]]  # -> trace row
         self.store.put_observation(
             {
                 "id": new_span_id(),

@@ -1,0 +1,147 @@
+"""The judge job: asynchronous, bounded, resumable, and writing scores back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from pydantic import BaseModel
+
+from evoharness.evolve.judge import JudgeFailure, Verdict
+from evoharness.evolve.rubric import Rubric, RubricGenerator
+from evoharness.evolve.state import EvolveState
+from evoharness.evolve.traces import Episode
+from evoharness.harness.tracing import TraceStore
+
+
+class Grader(Protocol):
+    """Anything that turns an episode and its rubric into a verdict."""
+
+    name: str
+
+    async def judge(self, episode: Episode, rubric: Rubric) -> Verdict: ...
+
+
+class JudgeReport(BaseModel):
+    """What a judge job did."""
+
+    seen: int = 0
+    judged: int = 0
+    skipped: int = 0
+    failed: int = 0
+
+
+def write_scores(store: TraceStore, verdict: Verdict) -> None:
+    """Write a verdict back to the trace store as scores (exported like any score)."""
+    comment = f"{verdict.judge} rubric={verdict.rubric_version}"
+    if verdict.judge_prompt_version:
+        comment += f" prompt={verdict.judge_prompt_version}"
+    base = {
+        "trace_id": verdict.trace_id,
+        "source": "judge",
+        "rubric_version": verdict.rubric_version,
+    }
+    now = time.time()
+    store.put_score(
+        {
+            **base,
+            "id": f"{verdict.trace_id}-p0_pass",
+            "name": "p0_pass",
+            "value": float(verdict.p0_pass),
+            "data_type": "BOOLEAN",
+            "comment": ", ".join(verdict.p0_failures) or comment,
+            "created_at": now,
+        }
+    )
+    store.put_score(
+        {
+            **base,
+            "id": f"{verdict.trace_id}-p1_deduction",
+            "name": "p1_deduction",
+            "value": verdict.p1_deduction,
+            "comment": ", ".join(verdict.p1_failures) or comment,
+            "created_at": now,
+        }
+    )
+    if verdict.p2_avg is not None:
+        store.put_score(
+            {
+                **base,
+                "id": f"{verdict.trace_id}-p2_avg",
+                "name": "p2_avg",
+                "value": verdict.p2_avg,
+                "comment": comment,
+                "created_at": now,
+            }
+        )
+    store.put_score(
+        {
+            **base,
+            "id": f"{verdict.trace_id}-total",
+            "name": "total",
+            "value": verdict.total,
+            "comment": "; ".join(verdict.comments)[:500] or comment,
+            "created_at": now,
+        }
+    )
+
+
+async def judge_episodes(
+    episodes: Iterable[Episode],
+    *,
+    grader: Grader,
+    rubrics: RubricGenerator,
+    state: EvolveState,
+    scores_to: TraceStore | None = None,
+    concurrency: int = 8,
+    retry_failed: bool = True,
+    on_progress: Callable[[str, str], None] | None = None,
+) -> JudgeReport:
+    """Judge every episode not judged yet, at most ``concurrency`` at a time.
+
+    Each verdict is committed to ``state`` the moment it exists (and written back as scores
+    to ``scores_to``), so killing the job loses at most the judgements in flight and a
+    rerun skips everything already done. A judge failure is recorded and the episode stays
+    unscored; it never stops the job. ``on_progress(trace_id, outcome)`` is called per
+    episode (outcome: judged, skipped, failed).
+    """
+    done = state.judged(include_failed=not retry_failed)
+    report = JudgeReport()
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(e: Episode) -> None:
+        async with gate:
+            rubric = await asyncio.to_thread(rubrics.rubric, e.query or "")
+            try:
+                verdict = await grader.judge(e, rubric)
+            except JudgeFailure as exc:
+                state.save_failure(e.trace_id, str(exc), grader.name)
+                report.failed += 1
+                outcome = "failed"
+            except Exception as exc:  # a broken judge call is data, not a crash
+                state.save_failure(e.trace_id, f"{type(exc).__name__}: {exc}", grader.name)
+                report.failed += 1
+                outcome = "failed"
+            else:
+                state.save_verdict(verdict)
+                if scores_to is not None:
+                    write_scores(scores_to, verdict)
+                report.judged += 1
+                outcome = "judged"
+        if on_progress is not None:
+            on_progress(e.trace_id, outcome)
+
+    tasks = []
+    for e in episodes:
+        report.seen += 1
+        if e.trace_id in done:
+            report.skipped += 1
+            if on_progress is not None:
+                on_progress(e.trace_id, "skipped")
+            continue
+        tasks.append(asyncio.ensure_future(one(e)))
+    if tasks:
+        await asyncio.gather(*tasks)
+    return report

@@ -1,0 +1,338 @@
+"""Judges: a rule judge (no model) and an LLM judge (N votes), combined into a Verdict."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage, SystemMessage
+from pydantic import BaseModel, Field, ValidationError
+
+from evoharness.evolve._json import extract_json
+from evoharness.evolve.rubric import Rubric, RubricItem
+from evoharness.evolve.traces import Episode
+from evoharness.harness import EvoharnessError
+from evoharness.harness.tracing.masking import SECRET_PATTERNS, Masker
+
+JUDGE_PROMPT_VERSION = "judge-v1"
+
+
+class ItemResult(BaseModel):
+    """The judgement of one rubric item."""
+
+    id: str
+    priority: str
+    passed: bool | None = None
+    score: float | None = Field(None, ge=1.0, le=5.0)
+    comment: str = ""
+
+
+class Verdict(BaseModel):
+    """A graded episode."""
+
+    trace_id: str
+    p0_pass: bool
+    p0_failures: list[str] = Field(default_factory=list)
+    p1_deduction: float = Field(0.0, ge=0.0, le=1.0)
+    p1_failures: list[str] = Field(default_factory=list)
+    p2: dict[str, float] = Field(default_factory=dict)
+    p2_avg: float | None = None
+    total: float = Field(ge=0.0, le=1.0)
+    comments: list[str] = Field(default_factory=list)
+    rubric_version: str
+    judge: str
+    judge_prompt_version: str | None = None
+    votes: int = 0
+    disagreement: float | None = None
+    items: list[ItemResult] = Field(default_factory=list)
+
+
+class JudgeFailure(EvoharnessError):
+    """The judge could not produce a verdict (e.g. unparsable output after retries).
+
+    Attributes:
+        trace_id: The episode that stays unscored.
+        attempts: How many replies were tried.
+    """
+
+    def __init__(self, message: str, *, trace_id: str, attempts: int) -> None:
+        super().__init__(message)
+        self.trace_id = trace_id
+        self.attempts = attempts
+
+
+RuleCheck = Callable[[Episode, Rubric], Sequence[ItemResult]]
+
+
+# -- generic rule checks ---------------------------------------------------------------------
+_SECRETS = Masker(pii=())
+
+
+def check_leaks(e: Episode, rubric: Rubric) -> list[ItemResult]:
+    """P0: the final answer must not contain secrets."""
+    text = str(e.final_answer or "")
+    leaked = _SECRETS.text(text) != text or any(
+        f"[masked:{k}]" in text for k in SECRET_PATTERNS
+    )  # masked in storage: still a leak
+    return [
+        ItemResult(
+            id="leaked_secret",
+            priority="P0",
+            passed=not leaked,
+            comment="secret in final answer" if leaked else "",
+        )
+    ]
+
+
+def check_process(e: Episode, rubric: Rubric) -> list[ItemResult]:
+    """P1: crashes, repeated identical calls, empty answers."""
+    calls = Counter((c.name, repr(sorted(c.args.items()))) for c in e.tool_calls)
+    repeated = [name for (name, _), n in calls.items() if n >= 3]
+    return [
+        ItemResult(
+            id="run_error", priority="P1", passed=e.status != "error", comment=e.error or ""
+        ),
+        ItemResult(
+            id="repeated_call",
+            priority="P1",
+            passed=not repeated,
+            comment=f"repeated: {', '.join(sorted(set(repeated)))}" if repeated else "",
+        ),
+        ItemResult(
+            id="empty_answer", priority="P1", passed=bool(str(e.final_answer or "").strip())
+        ),
+    ]
+
+
+DEFAULT_CHECKS: tuple[RuleCheck, ...] = (check_leaks, check_process)
+
+
+def verdict_from(
+    trace_id: str,
+    rubric: Rubric,
+    results: Sequence[ItemResult],
+    *,
+    judge: str,
+    prompt_version: str | None = None,
+    votes: int = 0,
+    disagreement: float | None = None,
+    comments: Sequence[str] = (),
+) -> Verdict:
+    """Aggregate item results: P0 all pass, P1 summed deductions, P2 mean, total in [0, 1].
+
+    ``total`` is 0 when a P0 item failed; otherwise the mean of (1 - P1 deduction) and the
+    P2 average mapped to [0, 1] (only the former when no P2 item was scored).
+    """
+    p0_fail = [r.id for r in results if r.priority == "P0" and r.passed is False]
+    p1_fail = [r.id for r in results if r.priority == "P1" and r.passed is False]
+    weights = [item.weight if (item := rubric.item(i)) is not None else 0.1 for i in p1_fail]
+    deduction = min(1.0, sum(weights))
+    p2 = {r.id: r.score for r in results if r.priority == "P2" and r.score is not None}
+    p2_avg = statistics.fmean(p2.values()) if p2 else None
+    process = 1.0 - deduction
+    quality = (p2_avg - 1.0) / 4.0 if p2_avg is not None else None
+    total = 0.0 if p0_fail else (process if quality is None else (process + quality) / 2)
+    notes = list(comments) + [
+        f"{r.id}: {r.comment}" for r in results if r.comment and r.passed is False
+    ]
+    return Verdict(
+        trace_id=trace_id,
+        p0_pass=not p0_fail,
+        p0_failures=p0_fail,
+        p1_deduction=deduction,
+        p1_failures=p1_fail,
+        p2={k: float(v) for k, v in p2.items()},
+        p2_avg=p2_avg,
+        total=round(total, 4),
+        comments=notes,
+        rubric_version=rubric.version,
+        judge=judge,
+        judge_prompt_version=prompt_version,
+        votes=votes,
+        disagreement=disagreement,
+        items=list(results),
+    )
+
+
+class RuleJudge:
+    """Grades an episode with deterministic checks only (environment checkers included)."""
+
+    name = "rule"
+
+    def __init__(self, checks: Sequence[RuleCheck] = DEFAULT_CHECKS) -> None:
+        self.checks = tuple(checks)
+
+    def results(self, episode: Episode, rubric: Rubric) -> list[ItemResult]:
+        """Every item some check decided (later checks override earlier ones per id)."""
+        decided: dict[str, ItemResult] = {}
+        for check in self.checks:
+            for r in check(episode, rubric):
+                decided[r.id] = r
+        return list(decided.values())
+
+    async def judge(self, episode: Episode, rubric: Rubric) -> Verdict:
+        return verdict_from(
+            episode.trace_id, rubric, self.results(episode, rubric), judge=self.name
+        )
+
+
+def _episode_text(e: Episode, limit: int = 6000) -> str:
+    calls = "\n".join(
+        f"- {c.name}({c.args}) -> {'ERROR ' if c.error else ''}{str(c.output)[:300]}"
+        for c in e.tool_calls
+    )
+    text = f"User request:\n{e.query}\n\nTool calls:\n{calls}\n\nFinal answer:\n{e.final_answer}"
+    return text[:limit]
+
+
+JUDGE_PROMPT = """You grade an AI agent's run against a rubric. For every rubric item answer
+with JSON only: {"items": [{"id": "<item id>", "passed": true|false} for P0/P1 items,
+{"id": "<item id>", "score": 1-5} for P2 items], "comment": "<one sentence>"}."""
+
+
+class _Vote(BaseModel):
+    items: list[dict[str, Any]]
+    comment: str = ""
+
+
+class LLMJudge:
+    """Grades with a model: ``votes`` replies aggregated, with a disagreement figure.
+
+    Use a deterministic setting on the model (temperature 0). Replies that do not parse
+    into the expected JSON are retried up to ``retries`` times per vote; a vote that never
+    parses is dropped, and with no valid vote the episode raises :class:`JudgeFailure`
+    (the caller records it and the trace stays unscored).
+
+    Args:
+        model: The judge model.
+        votes: Independent replies per episode.
+        retries: Extra attempts per vote after an unparsable reply.
+        timeout_s: Per model call.
+    """
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        *,
+        votes: int = 3,
+        retries: int = 2,
+        timeout_s: float = 60.0,
+        prompt_version: str = JUDGE_PROMPT_VERSION,
+    ) -> None:
+        self.model = model
+        self.votes = votes
+        self.retries = retries
+        self.timeout_s = timeout_s
+        self.prompt_version = prompt_version
+        self.model_name = str(
+            getattr(model, "model_name", None)
+            or getattr(model, "model", None)
+            or type(model).__name__
+        )
+        self.name = f"llm:{self.model_name}"
+
+    def _messages(self, episode: Episode, rubric: Rubric) -> list[Any]:
+        items = "\n".join(f"- {i.id} [{i.priority}]: {i.description}" for i in rubric.items)
+        return [
+            SystemMessage(JUDGE_PROMPT),
+            HumanMessage(f"Rubric:\n{items}\n\n{_episode_text(episode)}"),
+        ]
+
+    async def _vote(self, episode: Episode, rubric: Rubric) -> _Vote | None:
+        for _ in range(self.retries + 1):
+            try:
+                reply = await asyncio.wait_for(
+                    self.model.ainvoke(self._messages(episode, rubric)), self.timeout_s
+                )
+                return _Vote.model_validate(extract_json(str(reply.content)))
+            except (ValueError, ValidationError, TimeoutError):
+                continue
+        return None
+
+    async def results(
+        self, episode: Episode, rubric: Rubric
+    ) -> tuple[list[ItemResult], int, float, list[str]]:
+        """Aggregated item results, valid votes, disagreement, comments."""
+        votes = [
+            v
+            for v in await asyncio.gather(*(self._vote(episode, rubric) for _ in range(self.votes)))
+            if v is not None
+        ]
+        if not votes:
+            raise JudgeFailure(
+                f"judge output for {episode.trace_id} did not parse after "
+                f"{self.votes * (self.retries + 1)} attempts",
+                trace_id=episode.trace_id,
+                attempts=self.votes * (self.retries + 1),
+            )
+        out: list[ItemResult] = []
+        splits: list[float] = []
+        for item in rubric.items:
+            answers = [a for v in votes for a in v.items if a.get("id") == item.id]
+            if item.priority == "P2":
+                scores = [
+                    float(a["score"])
+                    for a in answers
+                    if isinstance(a.get("score"), int | float) and 1 <= a["score"] <= 5
+                ]
+                if scores:
+                    out.append(
+                        ItemResult(id=item.id, priority="P2", score=statistics.fmean(scores))
+                    )
+                    splits.append(statistics.pstdev(scores) / 2.0 if len(scores) > 1 else 0.0)
+            else:
+                flags = [bool(a["passed"]) for a in answers if isinstance(a.get("passed"), bool)]
+                if flags:
+                    passed = sum(flags) * 2 >= len(flags)  # ties pass: no red line on a coin
+                    out.append(ItemResult(id=item.id, priority=item.priority, passed=passed))
+                    splits.append(min(sum(flags), len(flags) - sum(flags)) / len(flags) * 2)
+        disagreement = round(statistics.fmean(splits), 4) if splits else 0.0
+        return out, len(votes), disagreement, [v.comment for v in votes if v.comment]
+
+    async def judge(self, episode: Episode, rubric: Rubric) -> Verdict:
+        results, n, disagreement, comments = await self.results(episode, rubric)
+        return verdict_from(
+            episode.trace_id,
+            rubric,
+            results,
+            judge=self.name,
+            prompt_version=self.prompt_version,
+            votes=n,
+            disagreement=disagreement,
+            comments=comments[:1],
+        )
+
+
+class Judge:
+    """Rule judge first; an optional LLM judge fills the items no rule decided."""
+
+    def __init__(self, rules: RuleJudge | None = None, llm: LLMJudge | None = None) -> None:
+        self.rules = rules or RuleJudge()
+        self.llm = llm
+        self.name = "rule" if llm is None else f"rule+{llm.name}"
+
+    async def judge(self, episode: Episode, rubric: Rubric) -> Verdict:
+        decided = {r.id: r for r in self.rules.results(episode, rubric)}
+        if self.llm is None:
+            return verdict_from(episode.trace_id, rubric, list(decided.values()), judge=self.name)
+        llm_results, n, disagreement, comments = await self.llm.results(episode, rubric)
+        merged = {**{r.id: r for r in llm_results}, **decided}  # facts beat opinions
+        return verdict_from(
+            episode.trace_id,
+            rubric,
+            list(merged.values()),
+            judge=self.name,
+            prompt_version=self.llm.prompt_version,
+            votes=n,
+            disagreement=disagreement,
+            comments=comments[:1],
+        )
+
+
+def rubric_item_ids(items: Sequence[RubricItem]) -> list[str]:
+    """Ids of ``items`` (handy in tests and reports)."""
+    return [i.id for i in items]

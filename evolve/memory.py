@@ -1,0 +1,425 @@
+"""The memory layer: strategies, lessons and preferences, curated ACE-style.
+
+A proposer (a model, or the deterministic rule proposer) suggests itemised operations —
+ADD / UPDATE / MERGE / DELETE — and :func:`reduce_ops` applies them deterministically:
+stable content-derived ids, helpful/harmful counters, dedupe by similarity, provenance
+trace ids. The curator never rewrites the whole memory. Confidence decays with a 60-day
+half-life, rises when high-scoring sessions used an entry and falls when low-scoring ones
+did; entries below a floor retire.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Kind = Literal["strategy", "lesson", "preference"]
+OpKind = Literal["ADD", "UPDATE", "MERGE", "DELETE"]
+HALF_LIFE_DAYS = 60.0
+DAY = 86_400.0
+_WORD = re.compile(r"[a-z][a-z0-9_]+")
+_STOP = frozenset(
+    [
+        "the",
+        "and",
+        "for",
+        "with",
+        "from",
+        "that",
+        "this",
+        "are",
+        "was",
+        "have",
+        "has",
+        "not",
+        "but",
+        "you",
+        "your",
+        "any",
+        "all",
+        "can",
+        "will",
+        "into",
+        "under",
+        "over",
+        "only",
+        "more",
+        "less",
+        "than",
+        "each",
+        "item",
+        "items",
+    ]
+)
+
+
+def words(text: str) -> frozenset[str]:
+    """Content words (lower case, 2+ chars, no stop words)."""
+    return frozenset(w for w in _WORD.findall(text.lower()) if w not in _STOP)
+
+
+def similarity(a: str, b: str) -> float:
+    """Lexical similarity: Jaccard over content words (the offline default)."""
+    wa, wb = words(a), words(b)
+    return len(wa & wb) / len(wa | wb) if wa and wb else 0.0
+
+
+Similarity = Callable[[str, str], float]
+
+
+class MemoryEntry(BaseModel):
+    """One item of memory. ``id`` is derived from kind, pattern and text (stable)."""
+
+    id: str = ""
+    kind: Kind
+    query_pattern: str
+    summary: str
+    tool_hints: list[str] = Field(default_factory=list)
+    key_decisions: list[str] = Field(default_factory=list)
+    avoid_hints: list[str] = Field(default_factory=list)
+    score: float = Field(0.5, ge=0.0, le=1.0)
+    confidence: float = Field(0.5, ge=0.0, le=1.0)
+    helpful: int = 0
+    harmful: int = 0
+    references: list[str] = Field(default_factory=list, description="provenance trace ids")
+    user_id: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    retired: bool = False
+
+    def model_post_init(self, _: Any) -> None:
+        if not self.id:
+            self.id = entry_id(self.kind, self.query_pattern, self.summary)
+
+    @property
+    def text(self) -> str:
+        """What retrieval matches against."""
+        return f"{self.query_pattern} {self.summary} {' '.join(self.avoid_hints)}"
+
+
+def StrategyEntry(**fields: Any) -> MemoryEntry:
+    """A strategy learned from goodcases (pattern, summary, tool hints, key decisions)."""
+    return MemoryEntry(kind="strategy", **fields)
+
+
+def LessonEntry(**fields: Any) -> MemoryEntry:
+    """A lesson learned from badcases (pattern, what went wrong, avoid hints)."""
+    return MemoryEntry(kind="lesson", **fields)
+
+
+def entry_id(kind: str, pattern: str, summary: str) -> str:
+    """Stable id: the same content always gets the same id."""
+    norm = " ".join(f"{pattern} {summary}".lower().split())
+    return f"{kind[0]}-{hashlib.sha256(f'{kind}|{norm}'.encode()).hexdigest()[:10]}"
+
+
+class MemoryOp(BaseModel):
+    """One curation operation proposed for the memory."""
+
+    op: OpKind
+    entry: MemoryEntry | None = None
+    id: str | None = None
+    ids: list[str] = Field(default_factory=list, description="MERGE: these into the first")
+    changes: dict[str, Any] = Field(default_factory=dict, description="UPDATE fields")
+    reason: str = ""
+
+
+_OP_ORDER = {"ADD": 0, "UPDATE": 1, "MERGE": 2, "DELETE": 3}
+
+
+def _op_key(op: MemoryOp) -> tuple[int, str]:
+    body = op.model_dump_json(exclude={"reason"})
+    return _OP_ORDER[op.op], body
+
+
+def _merge(into: MemoryEntry, other: MemoryEntry, now: float) -> MemoryEntry:
+    return into.model_copy(
+        update={
+            "references": sorted(set(into.references) | set(other.references)),
+            "tool_hints": sorted(set(into.tool_hints) | set(other.tool_hints)),
+            "avoid_hints": sorted(set(into.avoid_hints) | set(other.avoid_hints)),
+            "key_decisions": sorted(set(into.key_decisions) | set(other.key_decisions)),
+            "helpful": into.helpful + other.helpful + 1,
+            "harmful": into.harmful + other.harmful,
+            "score": max(into.score, other.score),
+            "updated_at": now,
+        }
+    )
+
+
+def reduce_ops(
+    entries: dict[str, MemoryEntry],
+    ops: Iterable[MemoryOp],
+    *,
+    now: float,
+    dedupe_at: float = 0.8,
+    similar: Similarity = similarity,
+) -> dict[str, MemoryEntry]:
+    """Apply ``ops`` deterministically: the same ops in any order give the same memory.
+
+    Ops are applied in a canonical order (ADD, UPDATE, MERGE, DELETE; within a kind by
+    content). An ADD whose entry is at least ``dedupe_at`` similar to a live entry of the
+    same kind and pattern merges into it (references united, ``helpful`` + 1) instead of
+    adding a near-duplicate. DELETE retires (keeps provenance); unknown ids are ignored.
+    """
+    out = dict(entries)
+    for op in sorted(ops, key=_op_key):
+        if op.op == "ADD" and op.entry is not None:
+            new = op.entry.model_copy(
+                update={"created_at": op.entry.created_at or now, "updated_at": now}
+            )
+            twin = next(
+                (
+                    e
+                    for e in sorted(out.values(), key=lambda e: e.id)
+                    if not e.retired
+                    and e.kind == new.kind
+                    and e.query_pattern == new.query_pattern
+                    and (e.id == new.id or similar(e.summary, new.summary) >= dedupe_at)
+                ),
+                None,
+            )
+            out[twin.id if twin else new.id] = _merge(twin, new, now) if twin else new
+        elif op.op == "UPDATE" and op.id in out:
+            allowed = {
+                k: v
+                for k, v in op.changes.items()
+                if k
+                in (
+                    "summary",
+                    "tool_hints",
+                    "key_decisions",
+                    "avoid_hints",
+                    "score",
+                    "query_pattern",
+                )
+            }
+            out[op.id] = out[op.id].model_copy(update={**allowed, "updated_at": now})
+        elif op.op == "MERGE" and len(op.ids) >= 2:
+            live = [i for i in sorted(op.ids) if i in out]
+            if len(live) >= 2:
+                target = out[live[0]]
+                for other in live[1:]:
+                    target = _merge(target, out[other], now)
+                    out[other] = out[other].model_copy(update={"retired": True, "updated_at": now})
+                out[live[0]] = target
+        elif op.op == "DELETE" and op.id in out:
+            out[op.id] = out[op.id].model_copy(update={"retired": True, "updated_at": now})
+    return out
+
+
+def confidence(
+    entry: MemoryEntry,
+    *,
+    now: float,
+    half_life_days: float = HALF_LIFE_DAYS,
+    boost: float = 0.1,
+    penalty: float = 0.15,
+) -> float:
+    """``score`` decayed by age (half-life) + ``boost`` per helpful − ``penalty`` per harmful use.
+
+    Age counts from the last update (an entry confirmed again is fresh again).
+    """
+    age_days = max(0.0, now - (entry.updated_at or entry.created_at)) / DAY
+    value: float = entry.score * 0.5 ** (age_days / half_life_days)
+    value += boost * entry.helpful - penalty * entry.harmful
+    return round(min(1.0, max(0.0, value)), 6)
+
+
+class MemoryStore:
+    """Entries in SQLite with versioned snapshots and JSON export/import."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.executescript(
+            "CREATE TABLE IF NOT EXISTS entries (id TEXT PRIMARY KEY, kind TEXT, body TEXT);"
+            "CREATE TABLE IF NOT EXISTS snapshots (version INTEGER PRIMARY KEY, created_at REAL,"
+            " note TEXT, body TEXT);"
+        )
+        self._lock = threading.Lock()
+
+    def entries(self, *, include_retired: bool = False) -> dict[str, MemoryEntry]:
+        """Entries by id."""
+        with self._lock:
+            rows = self._conn.execute("SELECT body FROM entries").fetchall()
+        out = {e.id: e for e in (MemoryEntry.model_validate_json(r[0]) for r in rows)}
+        return out if include_retired else {k: v for k, v in out.items() if not v.retired}
+
+    def replace(self, entries: dict[str, MemoryEntry], *, note: str = "") -> int:
+        """Store ``entries`` (all of them) and snapshot the result; returns the version."""
+        with self._lock:
+            self._conn.execute("BEGIN")
+            self._conn.execute("DELETE FROM entries")
+            self._conn.executemany(
+                "INSERT INTO entries VALUES (?,?,?)",
+                [
+                    (e.id, e.kind, e.model_dump_json())
+                    for e in sorted(entries.values(), key=lambda e: e.id)
+                ],
+            )
+            body = json.dumps(
+                [e.model_dump() for e in sorted(entries.values(), key=lambda e: e.id)]
+            )
+            cur = self._conn.execute(
+                "INSERT INTO snapshots(created_at, note, body) VALUES (?,?,?)",
+                (time.time(), note, body),
+            )
+            self._conn.execute("COMMIT")
+            return int(cur.lastrowid or 0)
+
+    def versions(self) -> list[tuple[int, float, str]]:
+        """(version, created_at, note) of every snapshot."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT version, created_at, note FROM snapshots ORDER BY version"
+            ).fetchall()
+        return [(int(v), float(c), str(n)) for v, c, n in rows]
+
+    def restore(self, version: int) -> int:
+        """Make snapshot ``version`` current again (recorded as a new version)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT body FROM snapshots WHERE version=?", (version,)
+            ).fetchone()
+        if row is None:
+            raise KeyError(f"no memory snapshot {version}")
+        entries = {e.id: e for e in (MemoryEntry.model_validate(d) for d in json.loads(row[0]))}
+        return self.replace(entries, note=f"restore v{version}")
+
+    def export_json(self, path: Path) -> int:
+        """Write every entry (retired ones too) to a JSON file; returns the count."""
+        entries = self.entries(include_retired=True)
+        path.write_text(
+            json.dumps(
+                [e.model_dump() for e in sorted(entries.values(), key=lambda e: e.id)], indent=1
+            )
+        )
+        return len(entries)
+
+    def import_json(self, path: Path) -> int:
+        """Load entries from a JSON export (replacing the current memory); new version."""
+        entries = {
+            e.id: e for e in (MemoryEntry.model_validate(d) for d in json.loads(path.read_text()))
+        }
+        return self.replace(entries, note=f"import {path.name}")
+
+
+def apply_feedback(
+    entries: dict[str, MemoryEntry],
+    used: Iterable[tuple[list[str], float]],
+    *,
+    now: float,
+    high: float = 0.8,
+    low: float = 0.5,
+    floor: float = 0.2,
+) -> dict[str, MemoryEntry]:
+    """Count helpful/harmful uses from (entry ids a session used, its total score); retire
+    entries whose confidence fell below ``floor``."""
+    out = dict(entries)
+    for ids, total in used:
+        for i in ids:
+            if i not in out:
+                continue
+            e = out[i]
+            if total >= high:
+                out[i] = e.model_copy(update={"helpful": e.helpful + 1})
+            elif total < low:
+                out[i] = e.model_copy(update={"harmful": e.harmful + 1})
+    for i, e in list(out.items()):
+        conf = confidence(e, now=now)
+        out[i] = e.model_copy(update={"confidence": conf, "retired": e.retired or conf < floor})
+    return out
+
+
+class MemoryRetriever:
+    """Top-K strategies and lessons for a query (lexical by default), by relevance × confidence.
+
+    Args:
+        store: Where entries live (re-read every ``refresh_s`` seconds).
+        k: Entries per kind (1-3).
+        similar: Relevance function (swap in embeddings when installed).
+        min_relevance: Entries less relevant than this are never injected.
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        *,
+        k: int = 3,
+        similar: Similarity = similarity,
+        min_relevance: float = 0.05,
+        refresh_s: float = 5.0,
+    ) -> None:
+        if not 1 <= k <= 3:
+            raise ValueError("k must be between 1 and 3")
+        self.store = store
+        self.k = k
+        self.similar = similar
+        self.min_relevance = min_relevance
+        self.refresh_s = refresh_s
+        self._cache: tuple[float, dict[str, MemoryEntry]] | None = None
+
+    def _entries(self) -> dict[str, MemoryEntry]:
+        now = time.monotonic()
+        if self._cache is None or now - self._cache[0] > self.refresh_s:
+            self._cache = (now, self.store.entries())
+        return self._cache[1]
+
+    def retrieve(self, query: str, *, user_id: str | None = None) -> list[MemoryEntry]:
+        """Relevant live entries: up to ``k`` strategies, ``k`` lessons, and the user's
+        preferences, in a stable order."""
+        picked: list[MemoryEntry] = []
+        for kind in ("strategy", "lesson"):
+            ranked = sorted(
+                (
+                    (self.similar(query, e.text) * max(e.confidence, 0.05), e.id, e)
+                    for e in self._entries().values()
+                    if e.kind == kind
+                ),
+                key=lambda t: (-t[0], t[1]),
+            )
+            picked += [e for rel, _, e in ranked[: self.k] if rel >= self.min_relevance]
+        if user_id is not None:
+            picked += sorted(
+                (
+                    e
+                    for e in self._entries().values()
+                    if e.kind == "preference" and e.user_id == user_id
+                ),
+                key=lambda e: e.id,
+            )[: self.k]
+        return picked
+
+
+def render_reference(entries: Sequence[MemoryEntry]) -> str:
+    """The "for reference" section: stable text, so the prompt prefix stays cacheable."""
+    if not entries:
+        return ""
+    lines = [
+        "FOR REFERENCE (learned from earlier sessions; use when relevant, the user's "
+        "request always wins)"
+    ]
+    groups = (("strategy", "STRATEGIES"), ("lesson", "LESSONS"), ("preference", "PREFERENCES"))
+    for kind, title in groups:
+        items = [e for e in entries if e.kind == kind]
+        if not items:
+            continue
+        lines.append(title)
+        for e in items:
+            detail = "; ".join([*e.avoid_hints, *e.tool_hints]) or e.summary
+            lines.append(
+                f"- [{e.id}] {e.summary}" + (f" ({detail})" if detail != e.summary else "")
+            )
+    return "\n".join(lines)

@@ -1,0 +1,183 @@
+"""Route graded episodes to the layer that can fix them; propose guard rules from P0s."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from evoharness.evolve.judge import Verdict
+from evoharness.evolve.state import EvolveState
+from evoharness.evolve.traces import Episode
+from evoharness.harness import GuardRule, GuardRuleSet
+from evoharness.harness.tracing.masking import SECRET_PATTERNS
+
+GOOD = "goodcase"
+ROUTES = ("sft", "strategy_candidate", "guard", "replay", "preference", "lesson_candidate")
+
+
+class RouteConfig(BaseModel):
+    """Routing thresholds."""
+
+    good_total: float = Field(0.8, ge=0.0, le=1.0, description="P0 pass and total >= this")
+    low_quality_p2: float = Field(3.5, ge=1.0, le=5.0, description="P2 below: preference")
+
+
+class DiagnosisPackage(BaseModel):
+    """Everything a fixer needs about one routed case."""
+
+    trace_id: str
+    query: str | None
+    routes: list[str]
+    verdict: Verdict
+    tool_calls: list[dict[str, Any]]
+    final_answer: Any
+    tokens: int
+    model_calls: int
+    skill_ids: list[str] = Field(default_factory=list)
+    start_time: float = 0.0
+
+
+def routes_for(verdict: Verdict, config: RouteConfig | None = None) -> list[str]:
+    """Where one verdict goes.
+
+    Goodcase (P0 pass, total >= threshold) -> SFT pool and strategy candidates. Otherwise:
+    P0 failure -> guard-rule proposals; P1 failure -> replay queue (for a stronger model);
+    low P2 with P0 passed -> preference pool; every badcase -> lesson candidates.
+    """
+    c = config or RouteConfig()
+    if verdict.p0_pass and verdict.total >= c.good_total:
+        return ["sft", "strategy_candidate"]
+    out: list[str] = []
+    if not verdict.p0_pass:
+        out.append("guard")
+    if verdict.p1_failures:
+        out.append("replay")
+    if verdict.p0_pass and verdict.p2_avg is not None and verdict.p2_avg < c.low_quality_p2:
+        out.append("preference")
+    out.append("lesson_candidate")
+    return out
+
+
+def package(episode: Episode, verdict: Verdict, routes: list[str]) -> DiagnosisPackage:
+    """The diagnosis package of one routed case."""
+    return DiagnosisPackage(
+        trace_id=episode.trace_id,
+        query=episode.query,
+        routes=routes,
+        verdict=verdict,
+        tool_calls=[c.model_dump() for c in episode.tool_calls],
+        final_answer=episode.final_answer,
+        tokens=episode.usage.total_tokens,
+        model_calls=episode.model_calls,
+        skill_ids=episode.skill_ids,
+        start_time=episode.start_time,
+    )
+
+
+def route_all(
+    episodes: list[Episode],
+    verdicts: dict[str, Verdict],
+    state: EvolveState,
+    config: RouteConfig | None = None,
+) -> dict[str, int]:
+    """Route every judged episode (idempotent: a case lands in a pool once)."""
+    added: dict[str, int] = dict.fromkeys(ROUTES, 0)
+    for e in episodes:
+        v = verdicts.get(e.trace_id)
+        if v is None:
+            continue
+        routes = routes_for(v, config)
+        pkg = package(e, v, routes).model_dump(mode="json")
+        for r in routes:
+            added[r] += state.add_route(e.trace_id, r, pkg)
+    return added
+
+
+# -- guard-rule proposals --------------------------------------------------------------------
+class GuardRuleFiles:
+    """Versioned output-guard rule files: ``v<N>.json`` plus ``current.json``.
+
+    Every change is a new version; :meth:`rollback` makes the previous version current.
+    ``OutputGuardMiddleware(rules_path=files.current)`` picks changes up at runtime.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.current = self.dir / "current.json"
+
+    def versions(self) -> list[int]:
+        """Existing versions, ascending."""
+        return sorted(
+            int(m.group(1))
+            for p in self.dir.glob("v*.json")
+            if (m := re.fullmatch(r"v(\d+)\.json", p.name))
+        )
+
+    def load(self, version: int | None = None) -> GuardRuleSet:
+        """A version (default: the current one; empty when there is none)."""
+        path = self.current if version is None else self.dir / f"v{version}.json"
+        return GuardRuleSet.load(path) if path.exists() else GuardRuleSet(version=0)
+
+    def publish(self, rules: GuardRuleSet) -> GuardRuleSet:
+        """Write ``rules`` as the next version and make it current."""
+        version = (self.versions() or [0])[-1] + 1
+        new = rules.model_copy(update={"version": version})
+        new.save(self.dir / f"v{version}.json")
+        new.save(self.current)
+        return new
+
+    def rollback(self) -> GuardRuleSet:
+        """Make the version before the current one current (a new version, same rules)."""
+        current = self.load().version
+        older = [v for v in self.versions() if v < current]
+        previous = self.load(older[-1]) if older else GuardRuleSet(version=0)
+        return self.publish(previous)
+
+
+def propose_guard_rules(
+    packages: list[dict[str, Any]], existing: GuardRuleSet, *, job: str = "cycle"
+) -> list[GuardRule]:
+    """Rules for P0 failures that an output rule can prevent.
+
+    Leaked secrets become redaction rules for the secret kinds found in the answers;
+    fabricated or forbidden items and budget violations are not text patterns, so they go
+    to lessons instead (see the memory layer).
+    """
+    have = {r.name for r in existing.rules}
+    proposed: dict[str, GuardRule] = {}
+    for pkg in packages:
+        verdict = pkg["verdict"]
+        if "leaked_secret" not in verdict["p0_failures"]:
+            continue
+        answer = str(pkg.get("final_answer") or "")
+        for kind, pattern in SECRET_PATTERNS.items():
+            name = f"no-{kind.replace('_', '-')}"
+            if name in have or name in proposed:
+                continue
+            if re.search(pattern, answer) or f"[masked:{kind}]" in answer:
+                proposed[name] = GuardRule(
+                    name=name,
+                    pattern=pattern,
+                    action="redact",
+                    replacement=f"[removed {kind}]",
+                    source=f"evolve:{job}:{pkg['trace_id'][:12]}",
+                )
+    return [proposed[k] for k in sorted(proposed)]
+
+
+def diff_summary(old: GuardRuleSet, new: GuardRuleSet) -> str:
+    """A reviewable summary of a rule change."""
+    before = {r.name: r for r in old.rules}
+    after = {r.name: r for r in new.rules}
+    lines = [f"guard rules v{old.version} -> v{new.version}"]
+    lines += [
+        f"+ {n}: {json.dumps(after[n].pattern)} ({after[n].action}, {after[n].source})"
+        for n in sorted(set(after) - set(before))
+    ]
+    lines += [f"- {n}" for n in sorted(set(before) - set(after))]
+    return "\n".join(lines)

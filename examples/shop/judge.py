@@ -1,0 +1,138 @@
+"""The shop's rule judge: the environment checker as rubric items (no model needed).
+
+Maps the checker's failure types onto P0 red lines (budget blown, forbidden items, made-up
+items) and P1 process items (required step skipped, no summary, unknown tool), and derives
+a P2 "fit" score from the checker's own score. Every item carries the hint a lesson needs.
+"""
+
+from __future__ import annotations
+
+from evoharness.evolve.judge import ItemResult
+from evoharness.evolve.rubric import Rubric, RubricItem
+from evoharness.evolve.traces import Episode
+from evoharness.examples.shop.catalogue import Catalogue, generate_catalogue
+from evoharness.examples.shop.checker import check_calls
+from evoharness.examples.shop.tasks import ShopTask, load_manifest
+
+SHOP_ITEMS: tuple[RubricItem, ...] = (
+    RubricItem(
+        id="over_budget",
+        priority="P0",
+        description="Total landed price of the picks is within the budget",
+        avoid_hint="check the total landed price against the budget before shopping_summary",
+    ),
+    RubricItem(
+        id="excluded_material",
+        priority="P0",
+        description="No pick is made of an excluded material",
+        avoid_hint="pass the excluded_materials to item_search and item_picker",
+    ),
+    RubricItem(
+        id="wrong_platform",
+        priority="P0",
+        description="Picks come from allowed platforms",
+        avoid_hint="search only the platforms the user allows",
+    ),
+    RubricItem(
+        id="not_direct_shipping",
+        priority="P0",
+        description="Picks ship directly when required",
+        avoid_hint="set direct_shipping_only when the user asks for it",
+    ),
+    RubricItem(
+        id="wrong_category",
+        priority="P0",
+        description="Picks are in the requested category",
+        avoid_hint="search the requested category",
+    ),
+    RubricItem(
+        id="out_of_stock",
+        priority="P0",
+        description="Picks are in stock",
+        avoid_hint="pick only in-stock items",
+    ),
+    RubricItem(
+        id="wrong_landed_price",
+        priority="P1",
+        weight=0.35,
+        description="Landed prices come from shipping_calc (required step)",
+        avoid_hint="never skip shipping_calc: call it for every pick before "
+        "shopping_summary (landed = price + shipping + duty)",
+    ),
+    RubricItem(
+        id="no_summary",
+        priority="P1",
+        weight=0.5,
+        description="The run ends with shopping_summary",
+        avoid_hint="always finish by calling shopping_summary with the picks",
+    ),
+    RubricItem(
+        id="wrong_count",
+        priority="P1",
+        weight=0.2,
+        description="As many picks as requested",
+        avoid_hint="pick exactly the number of items requested",
+    ),
+    RubricItem(
+        id="unknown_tool",
+        priority="P1",
+        weight=0.1,
+        description="Only listed tools are called",
+        avoid_hint="only call listed tools; find_deals does not exist",
+    ),
+    RubricItem(
+        id="repeated_call",
+        priority="P1",
+        weight=0.2,
+        description="No tool is called repeatedly with the same arguments",
+        avoid_hint="do not retry a failing platform; switch platform instead",
+    ),
+)
+_CHECKED = {i.id for i in SHOP_ITEMS} | {"fabricated_item"}
+
+
+class ShopRules:
+    """Rubric items and a rule check for shop episodes (tasks found by their request)."""
+
+    def __init__(self, catalogue: Catalogue | None = None) -> None:
+        manifest = load_manifest()
+        self.catalogue = catalogue or generate_catalogue(manifest.catalogue_seed)
+        self.tasks: dict[str, ShopTask] = {t.request: t for t in manifest.tasks}
+
+    def items(self, query: str) -> list[RubricItem]:
+        """Shop items for shop requests; nothing for other queries."""
+        return list(SHOP_ITEMS) if query in self.tasks else []
+
+    def check(self, episode: Episode, rubric: Rubric) -> list[ItemResult]:
+        """Re-run the shop checker on the episode's recorded tool calls."""
+        task = self.tasks.get(episode.query or "")
+        if task is None:
+            return []
+        calls = [(c.name, c.args, not c.error) for c in episode.tool_calls]
+        r = check_calls(
+            task, calls, self.catalogue, error=episode.error if episode.status == "error" else None
+        )
+        failed = set(r.failures)
+        if any(
+            c.error and ("Unknown tool" in str(c.output) or "not a valid tool" in str(c.output))
+            for c in episode.tool_calls
+        ):
+            failed.add("unknown_tool")
+        results = [
+            ItemResult(
+                id=i,
+                priority=rubric.item(i).priority if rubric.item(i) else "P0",
+                passed=i not in failed,
+            )
+            for i in sorted(_CHECKED)
+            if rubric.item(i) is not None
+        ]
+        results.append(
+            ItemResult(
+                id="fit",
+                priority="P2",
+                score=round(1 + 4 * r.score, 3),
+                comment=f"checker score {r.score:.2f}",
+            )
+        )
+        return results

@@ -1,0 +1,99 @@
+"""Reference injection (on_session_start): learned strategies/lessons in the system prompt.
+
+At the start of a session a provider (e.g. evolve's memory retriever) is asked for the
+entries relevant to the user's request; their rendered text is appended to the system
+message of every model call in that session, as one stable, clearly labelled section (so
+the prompt prefix stays identical across calls and cacheable), and the entry ids are
+recorded (state, a ``memory_injected`` event, and the trace's ``skill_ids``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NotRequired, TypedDict, cast
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain_core.messages import HumanMessage, SystemMessage
+from langgraph.runtime import Runtime
+
+from evoharness.harness._messages import text_of
+from evoharness.harness.events import EventLog
+
+ReferenceProvider = Callable[[str, str | None], tuple[Sequence[str], str]]
+"""``(query, user_id) -> (entry ids, rendered section text)``."""
+
+
+class References(TypedDict):
+    ids: list[str]
+    text: str
+
+
+class ReferenceState(AgentState[Any]):
+    """State extension: what was injected this session."""
+
+    references: NotRequired[References]
+
+
+class ReferenceMiddleware(AgentMiddleware[ReferenceState, Any, Any]):
+    """Inject relevant learned references once per session.
+
+    Args:
+        provider: Returns the ids and text for a request.
+        user_id: Passed to the provider (for stored user preferences).
+        events: Receives ``memory_injected`` with the ids (the tracer copies them into
+            the trace's ``skill_ids``).
+    """
+
+    state_schema = ReferenceState
+
+    def __init__(
+        self,
+        provider: ReferenceProvider,
+        *,
+        user_id: str | None = None,
+        events: EventLog | None = None,
+    ) -> None:
+        super().__init__()
+        self.provider = provider
+        self.user_id = user_id
+        self.events = events or EventLog()
+
+    def start(self, state: ReferenceState) -> dict[str, Any] | None:
+        """The on_session_start decision: look the references up once per thread."""
+        if state.get("references") is not None:
+            return None  # a resumed thread keeps what it was given
+        query = next((text_of(m) for m in state["messages"] if isinstance(m, HumanMessage)), "")
+        ids, text = self.provider(query, self.user_id)
+        self.events.emit("memory_injected", self.name, skill_ids=list(ids))
+        return {"references": {"ids": list(ids), "text": text}}
+
+    def before_agent(self, state: ReferenceState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self.start(state)
+
+    async def abefore_agent(
+        self, state: ReferenceState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        return self.start(state)
+
+    @staticmethod
+    def _inject(request: ModelRequest[Any]) -> ModelRequest[Any]:
+        refs = cast(References | None, request.state.get("references"))
+        text = refs["text"] if refs else None
+        if not text:
+            return request
+        base = text_of(request.system_message) if request.system_message else ""
+        return request.override(system_message=SystemMessage(f"{base}\n\n{text}".strip()))
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        return handler(self._inject(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        return await handler(self._inject(request))

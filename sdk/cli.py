@@ -192,35 +192,6 @@ def run(
         console.print(f"traces: {trace_db} (see: evoharness traces list)")
 
 
-@app.command()
-def demo(
-    limit: Annotated[int | None, typer.Option(min=1, help="Run only the first N tasks.")] = None,
-) -> None:
-    """The main job: the shop val split with the SIMULATED offline policy."""
-    reports: dict[str, RunReport] = {}
-    for harness in (False, True):
-        label = "harnessed" if harness else "bare agent"
-        reports[label], _ = execute_run(
-            env_name="shop",
-            split="val",
-            model="offline",
-            base_url=None,
-            api_key_env=None,
-            concurrency=8,
-            limit=limit,
-            faults="demo",
-            harness=harness,
-            out=Path(".evoharness/runs") / f"demo-{'harnessed' if harness else 'bare'}.jsonl",
-            label=label,
-            trace_db=TRACE_DB,
-        )
-    console.print(results_table("shop · val · offline policy (SIMULATED)", reports))
-    console.print(
-        "The offline policy is a simulator with seeded mistakes and injected platform faults; "
-        "these numbers show the machinery working, not how a real model would score."
-    )
-
-
 @bench_app.command("overhead")
 def bench_overhead(
     rounds: Annotated[int, typer.Option(min=1)] = 50,

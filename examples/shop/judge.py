@@ -8,10 +8,11 @@ a P2 "fit" score from the checker's own score. Every item carries the hint a les
 from __future__ import annotations
 
 from evoharness.evolve.judge import ItemResult
-from evoharness.evolve.rubric import Rubric, RubricItem
+from evoharness.evolve.rubric import BASE_ITEMS, Rubric, RubricItem
 from evoharness.evolve.traces import Episode
 from evoharness.examples.shop.catalogue import Catalogue, generate_catalogue
 from evoharness.examples.shop.checker import check_calls
+from evoharness.examples.shop.policy import parse_request
 from evoharness.examples.shop.tasks import ShopTask, load_manifest
 
 SHOP_ITEMS: tuple[RubricItem, ...] = (
@@ -119,13 +120,9 @@ class ShopRules:
         ):
             failed.add("unknown_tool")
         results = [
-            ItemResult(
-                id=i,
-                priority=rubric.item(i).priority if rubric.item(i) else "P0",
-                passed=i not in failed,
-            )
-            for i in sorted(_CHECKED)
-            if rubric.item(i) is not None
+            ItemResult(id=item.id, priority=item.priority, passed=item.id not in failed)
+            for item in (rubric.item(i) for i in sorted(_CHECKED))
+            if item is not None
         ]
         results.append(
             ItemResult(
@@ -136,3 +133,14 @@ class ShopRules:
             )
         )
         return results
+
+    @staticmethod
+    def pattern(query: str) -> str:
+        """The query pattern memory is keyed on: the product category."""
+        return parse_request(query).category or "shopping"
+
+    @staticmethod
+    def hints() -> dict[str, tuple[str, str]]:
+        """Rubric item id -> (description, avoid hint), shop items refining the base ones."""
+        items = {i.id: i for i in (*BASE_ITEMS, *SHOP_ITEMS)}
+        return {k: (i.description, i.avoid_hint) for k, i in items.items() if i.avoid_hint}

@@ -1,0 +1,126 @@
+"""One evolve cycle: collect -> judge -> route -> curate (memory, guard rules)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from evoharness.evolve.curation import Proposer
+from evoharness.evolve.jobs import Grader, JudgeReport, judge_episodes
+from evoharness.evolve.memory import MemoryStore, apply_feedback, reduce_ops
+from evoharness.evolve.routing import (
+    GuardRuleFiles,
+    RouteConfig,
+    diff_summary,
+    propose_guard_rules,
+    route_all,
+)
+from evoharness.evolve.rubric import RubricGenerator
+from evoharness.evolve.state import EvolveState
+from evoharness.evolve.traces import EpisodeFilter, TraceSource
+from evoharness.harness.tracing import TraceStore
+
+
+class CycleReport(BaseModel):
+    """What a cycle did."""
+
+    episodes: int
+    judge: JudgeReport
+    routed: dict[str, int]
+    memory_version: int | None = None
+    strategies: int = 0
+    lessons: int = 0
+    added: list[str] = Field(default_factory=list)
+    guard_version: int | None = None
+    guard_diff: str | None = None
+    seconds: float = 0.0
+
+
+async def run_cycle(
+    source: TraceSource,
+    *,
+    grader: Grader,
+    rubrics: RubricGenerator,
+    state: EvolveState,
+    memory: MemoryStore,
+    proposer: Proposer,
+    where: EpisodeFilter | None = None,
+    guard_files: GuardRuleFiles | None = None,
+    scores_to: TraceStore | None = None,
+    route_config: RouteConfig | None = None,
+    concurrency: int = 8,
+    now: float | None = None,
+    on_progress: Callable[[str, str], None] | None = None,
+) -> CycleReport:
+    """Run one cycle over the episodes ``where`` selects (idempotent and resumable)."""
+    started = time.time()
+    now = now or started
+    episodes = list(source.episodes(where))
+    judged = await judge_episodes(
+        episodes,
+        grader=grader,
+        rubrics=rubrics,
+        state=state,
+        scores_to=scores_to,
+        concurrency=concurrency,
+        on_progress=on_progress,
+    )
+    verdicts = state.verdicts()
+    routed = route_all(episodes, verdicts, state, route_config)
+    batch = {e.trace_id for e in episodes}
+    good = [p for p in state.pool("strategy_candidate") if p["trace_id"] in batch]
+    bad = [p for p in state.pool("lesson_candidate") if p["trace_id"] in batch]
+
+    before = memory.entries(include_retired=True)
+    ops = proposer.propose(good, bad, [e for e in before.values() if not e.retired])
+    entries = reduce_ops(before, ops, now=now)
+    used = [
+        (e.skill_ids, verdicts[e.trace_id].total)
+        for e in episodes
+        if e.skill_ids and e.trace_id in verdicts
+    ]
+    entries = apply_feedback(entries, used, now=now)
+    version = memory.replace(entries, note=f"cycle over {len(episodes)} episodes")
+    live = [e for e in entries.values() if not e.retired]
+    report = CycleReport(
+        episodes=len(episodes),
+        judge=judged,
+        routed=routed,
+        memory_version=version,
+        strategies=sum(e.kind == "strategy" for e in live),
+        lessons=sum(e.kind == "lesson" for e in live),
+        added=sorted(set(entries) - set(before)),
+    )
+    if guard_files is not None:
+        current = guard_files.load()
+        guard_pkgs = [p for p in state.pool("guard") if p["trace_id"] in batch]
+        new_rules = propose_guard_rules(guard_pkgs, current)
+        if new_rules:
+            published = guard_files.publish(
+                current.model_copy(update={"rules": (*current.rules, *new_rules)})
+            )
+            report.guard_version = published.version
+            report.guard_diff = diff_summary(current, published)
+        else:
+            report.guard_version = current.version
+    report.seconds = round(time.time() - started, 3)
+    state.record_cycle(started, report.model_dump(mode="json"))
+    return report
+
+
+def summarize(report: CycleReport) -> dict[str, Any]:
+    """A flat dict for tables and logs."""
+    return {
+        "episodes": report.episodes,
+        "judged": report.judge.judged,
+        "skipped": report.judge.skipped,
+        "judge_failures": report.judge.failed,
+        **{f"routed_{k}": v for k, v in report.routed.items()},
+        "strategies": report.strategies,
+        "lessons": report.lessons,
+        "memory_version": report.memory_version,
+        "guard_version": report.guard_version,
+    }

@@ -1,0 +1,149 @@
+"""The demo: run, learn, run again — on the shop environment with the SIMULATED policy."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from evoharness.evolve.curation import RuleProposer
+from evoharness.evolve.cycle import CycleReport, run_cycle
+from evoharness.evolve.jobs import judge_episodes
+from evoharness.evolve.judge import DEFAULT_CHECKS, Judge, RuleJudge
+from evoharness.evolve.memory import MemoryEntry, MemoryRetriever, MemoryStore, render_reference
+from evoharness.evolve.routing import GuardRuleFiles
+from evoharness.evolve.rubric import RubricGenerator
+from evoharness.evolve.state import EvolveState
+from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
+from evoharness.examples.shop.env import ShopEnvironment
+from evoharness.examples.shop.judge import ShopRules
+from evoharness.harness.tracing import Tracer, TraceStore
+from evoharness.sdk.runner import RunReport, TaskResult, run_tasks
+
+
+class Phase(BaseModel):
+    """One column of the demo table."""
+
+    label: str
+    report: RunReport
+    p0_rate: float
+    trace_ids: list[str]
+
+
+class DemoResult(BaseModel):
+    """Everything the demo measured."""
+
+    phases: list[Phase]
+    cycle: CycleReport
+    learned: list[MemoryEntry]
+
+
+def memory_provider(
+    store: MemoryStore, k: int = 3
+) -> Callable[[str, str | None], tuple[list[str], str]]:
+    """A reference provider for the harness: retrieve, render, return ids and text."""
+    retriever = MemoryRetriever(store, k=k)
+
+    def provide(query: str, user_id: str | None) -> tuple[list[str], str]:
+        entries = retriever.retrieve(query, user_id=user_id)
+        return [e.id for e in entries], render_reference(entries)
+
+    return provide
+
+
+def run_demo(
+    workdir: Path = Path(".evoharness/demo"),
+    *,
+    train_limit: int | None = None,
+    val_limit: int | None = None,
+    concurrency: int = 8,
+    on_phase: Callable[[str], None] | None = None,
+) -> DemoResult:
+    """Val before, train, one evolve cycle, val after; returns the measurements."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    store = TraceStore(workdir / "traces.db")
+    tracer = Tracer(store)
+    state = EvolveState(workdir / "evolve.db")
+    memory = MemoryStore(workdir / "memory.db")
+    guard_files = GuardRuleFiles(workdir / "guard_rules")
+    rules = ShopRules()
+    grader = Judge(RuleJudge([*DEFAULT_CHECKS, rules.check]))
+    rubrics = RubricGenerator(extra_items=rules.items)
+    env = ShopEnvironment(guard_rules_path=guard_files.current)
+    val = env.tasks("val")[:val_limit] if val_limit else env.tasks("val")
+    train = env.tasks("train")[:train_limit] if train_limit else env.tasks("train")
+
+    def run(
+        e: ShopEnvironment, tasks: Sequence[Any], harness: bool, tags: list[str]
+    ) -> list[TaskResult]:
+        if on_phase is not None:
+            on_phase(f"running {len(tasks)} tasks: {' '.join(tags)}")
+        return asyncio.run(
+            run_tasks(
+                e,
+                tasks,
+                model_factory=e.offline_model,
+                middleware_factory=e.harness_middleware if harness else None,
+                concurrency=concurrency,
+                tracer=tracer,
+                tags=tags,
+            )
+        )
+
+    results: list[tuple[str, list[TaskResult]]] = []
+    results.append(("bare agent", run(env, val, False, ["val", "bare"])))
+    results.append(("harnessed", run(env, val, True, ["val", "before"])))
+    run(env, train, True, ["train"])
+    store.flush(60)
+    if on_phase is not None:
+        on_phase("evolve cycle over the train traces: judge, route, curate")
+    cycle = asyncio.run(
+        run_cycle(
+            LocalTraceSource(store),
+            where=EpisodeFilter(tags=["train"]),
+            grader=grader,
+            rubrics=rubrics,
+            state=state,
+            memory=memory,
+            proposer=RuleProposer(pattern=rules.pattern, hints=rules.hints()),
+            guard_files=guard_files,
+            scores_to=store,
+            concurrency=concurrency,
+        )
+    )
+    learned_env = ShopEnvironment(
+        guard_rules_path=guard_files.current, references=memory_provider(memory)
+    )
+    results.append(("harnessed + learned", run(learned_env, val, True, ["val", "after"])))
+    store.flush(60)
+    val_ids = {r.trace_id for _, rs in results for r in rs if r.trace_id}
+    episodes = [
+        e
+        for e in LocalTraceSource(store).episodes(EpisodeFilter(tags=["val"]))
+        if e.trace_id in val_ids
+    ]
+    asyncio.run(
+        judge_episodes(
+            episodes,
+            grader=grader,
+            rubrics=rubrics,
+            state=state,
+            scores_to=store,
+            concurrency=concurrency,
+        )
+    )
+    verdicts = state.verdicts()
+    phases = []
+    for label, rs in results:
+        ids = [r.trace_id for r in rs if r.trace_id]
+        judged = [verdicts[i] for i in ids if i in verdicts]
+        p0 = sum(not v.p0_pass for v in judged) / max(len(judged), 1)
+        phases.append(Phase(label=label, report=RunReport.of(rs), p0_rate=p0, trace_ids=ids))
+    store.close()
+    learned = sorted(memory.entries().values(), key=lambda e: (e.kind, -e.confidence, e.id))
+    return DemoResult(phases=phases, cycle=cycle, learned=learned)

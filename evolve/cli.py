@@ -208,6 +208,17 @@ def cycle(
         console.print(report.guard_diff)
 
 
+@sdk_cli.bench_app.command("judge")
+def bench_judge(
+    episodes: Annotated[int, typer.Option(min=10)] = 500,
+    latency_s: Annotated[float, typer.Option(min=0.0)] = 0.1,
+) -> None:
+    """Judge throughput at concurrency 1 and 32 against a 100 ms endpoint."""
+    from evoharness.evolve import bench_judge as bench
+
+    bench.run(n=episodes, latency_s=latency_s, echo=console.print)
+
+
 @app.command()
 def demo(
     train_limit: Annotated[int | None, typer.Option(min=1)] = None,

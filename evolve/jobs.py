@@ -113,7 +113,11 @@ async def judge_episodes(
 
     async def one(e: Episode) -> None:
         async with gate:
-            rubric = await asyncio.to_thread(rubrics.rubric, e.query or "")
+            rubric = (
+                await asyncio.to_thread(rubrics.rubric, e.query or "")
+                if rubrics.model is not None
+                else rubrics.rubric(e.query or "")
+            )
             try:
                 verdict = await grader.judge(e, rubric)
             except JudgeFailure as exc:

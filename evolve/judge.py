@@ -234,6 +234,7 @@ class LLMJudge:
             or type(model).__name__
         )
         self.name = f"llm:{self.model_name}"
+        self.last_error: str | None = None
 
     def _messages(self, episode: Episode, rubric: Rubric) -> list[Any]:
         items = "\n".join(f"- {i.id} [{i.priority}]: {i.description}" for i in rubric.items)
@@ -243,14 +244,17 @@ class LLMJudge:
         ]
 
     async def _vote(self, episode: Episode, rubric: Rubric) -> _Vote | None:
-        for _ in range(self.retries + 1):
+        for attempt in range(self.retries + 1):
             try:
                 reply = await asyncio.wait_for(
                     self.model.ainvoke(self._messages(episode, rubric)), self.timeout_s
                 )
                 return _Vote.model_validate(extract_json(str(reply.content)))
             except (ValueError, ValidationError, TimeoutError):
-                continue
+                continue  # unparsable or too slow: ask again
+            except Exception as exc:  # transient API errors (connection reset, 5xx)
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
         return None
 
     async def results(

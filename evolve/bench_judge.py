@@ -1,0 +1,165 @@
+"""``evoharness bench judge``: judging throughput against a 100 ms model endpoint.
+
+500 episodes are judged by the LLM judge (one vote each, through ``ChatOpenAI``) against a
+loopback OpenAI-compatible endpoint that answers after ``latency_s``, at concurrency 1 and
+32. ``judge_efficiency`` = ideal time at 32 (N * latency / 32) / measured wall time at 32.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from evoharness.evolve.jobs import judge_episodes
+from evoharness.evolve.judge import LLMJudge
+from evoharness.evolve.rubric import RubricGenerator
+from evoharness.evolve.state import EvolveState
+from evoharness.evolve.traces import Episode, ToolCallRecord
+
+
+def _vote(messages: list[dict[str, Any]]) -> str:
+    return json.dumps(
+        {
+            "items": [
+                {"id": "leaked_secret", "passed": True},
+                {"id": "fit", "score": 4},
+                {"id": "reasons", "score": 4},
+            ],
+            "comment": "fine",
+        }
+    )
+
+
+def _episodes(n: int) -> list[Episode]:
+    return [
+        Episode(
+            trace_id=f"{i:032x}",
+            run_id=f"bench-{i}",
+            query=f"find a kettle under {100 + i} CNY",
+            tool_calls=[ToolCallRecord(name="item_search", args={"q": "kettle"}, output="[...]")],
+            final_answer="AMZ-0001 at 88 CNY",
+        )
+        for i in range(n)
+    ]
+
+
+def _measure(base_url: str, n: int, concurrency: int, workdir: Path) -> tuple[float, int]:
+    from langchain_openai import ChatOpenAI
+
+    model = ChatOpenAI(
+        model="judge-standin",
+        base_url=base_url,
+        api_key="unused",
+        temperature=0,
+        max_retries=0,
+        timeout=30,
+    )
+    state = EvolveState(workdir / f"state-{concurrency}.db")
+    # Warm up: imports, the client's connection pool (one connection per concurrent call).
+    warm = _episodes(concurrency)
+    asyncio.run(
+        judge_episodes(
+            [e.model_copy(update={"trace_id": f"{i + 10**6:032x}"}) for i, e in enumerate(warm)],
+            grader=LLMJudge(model, votes=1),
+            rubrics=RubricGenerator(),
+            state=EvolveState(workdir / f"warm-{concurrency}.db"),
+            concurrency=concurrency,
+        )
+    )
+    started = time.perf_counter()
+    report = asyncio.run(
+        judge_episodes(
+            _episodes(n),
+            grader=LLMJudge(model, votes=1),
+            rubrics=RubricGenerator(),
+            state=state,
+            concurrency=concurrency,
+        )
+    )
+    return time.perf_counter() - started, report.judged
+
+
+def _client_ceiling(base_url: str, n: int, concurrency: int, latency_s: float) -> float:
+    """Efficiency of bare ``ChatOpenAI.ainvoke`` calls alone: the client's own ceiling."""
+    from langchain_openai import ChatOpenAI
+
+    model = ChatOpenAI(
+        model="judge-standin",
+        base_url=base_url,
+        api_key="unused",
+        temperature=0,
+        max_retries=0,
+        timeout=30,
+    )
+
+    async def go() -> float:
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one() -> None:
+            async with gate:
+                await model.ainvoke("grade this")
+
+        await asyncio.gather(*(one() for _ in range(concurrency)))  # warm connections
+        started = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(n)))
+        return time.perf_counter() - started
+
+    wall = asyncio.run(go())
+    return (n * latency_s / concurrency) / wall
+
+
+def vote_reply(messages: list[dict[str, Any]]) -> str:
+    """The endpoint's answer: a valid judge vote (public for the endpoint process)."""
+    return _vote(messages)
+
+
+def run(n: int = 500, latency_s: float = 0.1, echo: Callable[[str], None] = print) -> float:
+    """Run at concurrency 1 and 32; returns the efficiency at 32.
+
+    The endpoint runs in its own process (as a real server would), so its threads do not
+    compete with the judge for this process's interpreter lock.
+    """
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "evoharness.sdk.testing.openai_standin",
+            "--latency",
+            str(latency_s),
+            "--reply",
+            "evoharness.evolve.bench_judge:vote_reply",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        base_url = proc.stdout.readline().strip()
+        results = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for c in (1, 32):
+                wall, judged = _measure(base_url, n, c, Path(tmp))
+                ideal = n * latency_s / c
+                results[c] = ideal / wall
+                echo(
+                    f"concurrency {c:2d}: {judged}/{n} judged in {wall:6.2f} s "
+                    f"(ideal {ideal:.2f} s, efficiency {ideal / wall:.2f}, "
+                    f"{judged / wall:.1f} episodes/s)"
+                )
+            ceiling = _client_ceiling(base_url, n, 32, latency_s)
+            echo(
+                f"for reference, bare ChatOpenAI calls at concurrency 32 reach efficiency "
+                f"{ceiling:.2f} on this machine (the client's own CPU cost per call)"
+            )
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    echo(f"judge_efficiency={results[32]:.3f}")
+    return results[32]

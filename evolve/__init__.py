@@ -1,5 +1,41 @@
 """Offline jobs that grade traces and improve agents; they read traces via ``TraceSource``."""
 
+from evoharness.evolve.curation import LLMCurator, RuleProposer, default_pattern
+from evoharness.evolve.cycle import CycleReport, run_cycle
+from evoharness.evolve.jobs import JudgeReport, judge_episodes, write_scores
+from evoharness.evolve.judge import (
+    DEFAULT_CHECKS,
+    ItemResult,
+    Judge,
+    JudgeFailure,
+    LLMJudge,
+    RuleJudge,
+    Verdict,
+    verdict_from,
+)
+from evoharness.evolve.memory import (
+    LessonEntry,
+    MemoryEntry,
+    MemoryOp,
+    MemoryRetriever,
+    MemoryStore,
+    StrategyEntry,
+    apply_feedback,
+    confidence,
+    reduce_ops,
+    render_reference,
+    similarity,
+)
+from evoharness.evolve.routing import (
+    DiagnosisPackage,
+    GuardRuleFiles,
+    RouteConfig,
+    propose_guard_rules,
+    route_all,
+    routes_for,
+)
+from evoharness.evolve.rubric import Rubric, RubricGenerator, RubricItem
+from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import (
     Episode,
     EpisodeFilter,
@@ -11,11 +47,48 @@ from evoharness.evolve.traces import (
 )
 
 __all__ = [
+    "DEFAULT_CHECKS",
+    "CycleReport",
+    "DiagnosisPackage",
     "Episode",
     "EpisodeFilter",
+    "EvolveState",
+    "GuardRuleFiles",
+    "ItemResult",
+    "Judge",
+    "JudgeFailure",
+    "JudgeReport",
+    "LLMCurator",
+    "LLMJudge",
     "LangfuseTraceSource",
+    "LessonEntry",
     "LocalTraceSource",
+    "MemoryEntry",
+    "MemoryOp",
+    "MemoryRetriever",
+    "MemoryStore",
+    "RouteConfig",
+    "Rubric",
+    "RubricGenerator",
+    "RubricItem",
+    "RuleJudge",
+    "RuleProposer",
+    "StrategyEntry",
     "ToolCallRecord",
     "TraceSource",
+    "Verdict",
+    "apply_feedback",
     "build_episode",
+    "confidence",
+    "default_pattern",
+    "judge_episodes",
+    "propose_guard_rules",
+    "reduce_ops",
+    "render_reference",
+    "route_all",
+    "routes_for",
+    "run_cycle",
+    "similarity",
+    "verdict_from",
+    "write_scores",
 ]

@@ -30,6 +30,18 @@ def test_every_exception_is_exported() -> None:
     assert exceptions <= set(harness.__all__)
 
 
+def test_evolve_exceptions_are_exported() -> None:
+    import evoharness.evolve as evolve
+    from evoharness.evolve import judge
+
+    found = {
+        n
+        for n, o in inspect.getmembers(judge, inspect.isclass)
+        if issubclass(o, Exception) and o.__module__ == judge.__name__
+    }
+    assert found and found <= set(evolve.__all__)
+
+
 def test_missing_extra_names_the_install_line() -> None:
     with pytest.raises(harness.MissingExtraError) as err:
         harness.require_extra("definitely_not_installed_mod", extra="train", feature="Training")

@@ -258,7 +258,9 @@ def demo(
         f"guard rules v{c.guard_version}"
     )
     console.print("learned (top entries):")
-    for e in result.learned[:10]:
+    strategies = [e for e in result.learned if e.kind == "strategy"][:3]
+    lessons = [e for e in result.learned if e.kind == "lesson"][:7]
+    for e in [*strategies, *lessons]:
         hint = "; ".join(e.avoid_hints) or e.summary
         console.print(
             f"  {escape(f'[{e.kind}]')} ({e.query_pattern}) {escape(hint)}  "

@@ -183,3 +183,26 @@ def test_session_end_runs_once_on_success(run: Any) -> None:
     )
     run(agent, {"messages": [HumanMessage("x")]})
     assert ended == ["x"]
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_session_end_runs_on_error_inside_the_composed_default_stack(mode: str, call: Any) -> None:
+    from evoharness.harness import HarnessConfig, default_middleware
+
+    reg = HookRegistry()
+    ended: list[str] = []
+    reg.register(
+        "on_session_end", lambda ctx: ended.append(type(ctx.error).__name__), name="finish"
+    )
+    middleware = default_middleware(HarnessConfig(drift_every=None, breaker=None), hooks=reg)
+    agent = create_evo_agent(
+        ScriptedChatModel(script=[call("boom", {"x": 1}, "c1")]), [boom], middleware=middleware
+    )
+    # ToolErrorMiddleware turns the tool error into an observation; the script then runs out
+    payload = {"messages": [HumanMessage("x")]}
+    with pytest.raises(Exception, match="ran out of scripted replies"):
+        if mode == "invoke":
+            agent.invoke(payload)
+        else:
+            asyncio.run(agent.ainvoke(payload))
+    assert ended == ["ScriptExhaustedError"]

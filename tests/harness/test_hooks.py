@@ -200,9 +200,12 @@ def test_session_end_runs_on_error_inside_the_composed_default_stack(mode: str, 
     )
     # ToolErrorMiddleware turns the tool error into an observation; the script then runs out
     payload = {"messages": [HumanMessage("x")]}
-    with pytest.raises(Exception, match="ran out of scripted replies"):
+
+    def go() -> Any:
         if mode == "invoke":
-            agent.invoke(payload)
-        else:
-            asyncio.run(agent.ainvoke(payload))
+            return agent.invoke(payload)
+        return asyncio.run(agent.ainvoke(payload))
+
+    with pytest.raises(Exception, match="ran out of scripted replies"):
+        go()
     assert ended == ["ScriptExhaustedError"]

@@ -1,5 +1,6 @@
 """The harness: LangChain ``AgentMiddleware`` implementations and their building blocks."""
 
+from evoharness.harness._json import first_json_object
 from evoharness.harness.breaker import (
     BreakerBackend,
     BreakerConfig,
@@ -95,6 +96,7 @@ __all__ = [
     "detect_loop",
     "error_result",
     "events_of",
+    "first_json_object",
     "hook",
     "key_by_arg",
     "key_by_tool",

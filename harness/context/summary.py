@@ -1,0 +1,146 @@
+"""L3 session summary: structured, tool-pair safe, never replacing history on failure."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from pydantic import BaseModel, Field
+
+from evoharness.harness._messages import text_of
+
+SUMMARY_PROMPT = """Summarise the earlier part of an agent session for the agent itself.
+Return JSON only with these keys: "user_need", "constraints_and_preferences" (list),
+"searched" (list), "excluded" (list of "what: why"), "current_step", "next_step"."""
+SUMMARY_FIELDS = (
+    "user_need",
+    "constraints_and_preferences",
+    "searched",
+    "excluded",
+    "current_step",
+    "next_step",
+)
+
+
+class StructuredSummary(BaseModel):
+    """The summary's fields (any subset may be present)."""
+
+    user_need: str = ""
+    constraints_and_preferences: list[str] = Field(default_factory=list)
+    searched: list[str] = Field(default_factory=list)
+    excluded: list[str] = Field(default_factory=list)
+    current_step: str = ""
+    next_step: str = ""
+
+    def render(self) -> str:
+        """Deterministic text (stable key order, no timestamps)."""
+        lines = []
+        if self.user_need:
+            lines.append(f"User need: {self.user_need}")
+        for title, items in (
+            ("Constraints and preferences", self.constraints_and_preferences),
+            ("Searched", self.searched),
+            ("Excluded", self.excluded),
+        ):
+            if items:
+                lines.append(f"{title}: " + "; ".join(items))
+        if self.current_step:
+            lines.append(f"Current step: {self.current_step}")
+        if self.next_step:
+            lines.append(f"Next step: {self.next_step}")
+        return "\n".join(lines)
+
+
+def safe_cut(messages: Sequence[BaseMessage], keep_exchanges: int) -> int:
+    """Index where the kept tail starts: the first message of the last ``keep_exchanges``
+    tool exchanges. Never between an AI tool call and its tool results; 0 = nothing to cut.
+    """
+    starts = [i for i, m in enumerate(messages) if isinstance(m, AIMessage) and m.tool_calls]
+    if len(starts) <= keep_exchanges:
+        return 0
+    return starts[-keep_exchanges] if keep_exchanges else len(messages)
+
+
+def tool_pairs_intact(messages: Sequence[BaseMessage]) -> bool:
+    """Every tool result follows the AI message that asked for it (and nothing is orphaned)."""
+    open_ids: set[str] = set()
+    for m in messages:
+        if isinstance(m, AIMessage):
+            open_ids = {c.get("id") or "" for c in m.tool_calls}
+        elif isinstance(m, ToolMessage):
+            if m.tool_call_id not in open_ids:
+                return False
+        elif not isinstance(m, SystemMessage):
+            open_ids = set()
+    return True
+
+
+def _transcript(messages: Sequence[BaseMessage], limit: int = 24_000) -> str:
+    lines = []
+    for m in messages:
+        if isinstance(m, AIMessage) and m.tool_calls:
+            lines += [
+                f"AI called {c['name']}({json.dumps(c['args'], default=str)[:300]})"
+                for c in m.tool_calls
+            ]
+        elif isinstance(m, ToolMessage):
+            lines.append(f"Result of {m.name}: {text_of(m)[:400]}")
+        elif isinstance(m, HumanMessage):
+            lines.append(f"User: {text_of(m)}")
+        elif isinstance(m, AIMessage):
+            lines.append(f"AI: {text_of(m)[:400]}")
+    return "\n".join(lines)[-limit:]
+
+
+class Summarizer:
+    """Asks a model for a :class:`StructuredSummary` of older history.
+
+    Returns ``None`` (and the caller keeps history unchanged) when the model fails or its
+    reply has none of the expected fields.
+    """
+
+    def __init__(self, model: BaseChatModel) -> None:
+        self.model = model
+
+    def _parse(self, text: str, previous: str) -> StructuredSummary | None:
+        from evoharness.harness._json import first_json_object
+
+        data = first_json_object(text)
+        if not isinstance(data, dict) or not any(k in data for k in SUMMARY_FIELDS):
+            return None
+        clean: dict[str, Any] = {}
+        for k in SUMMARY_FIELDS:
+            v = data.get(k)
+            if isinstance(v, list):
+                clean[k] = [str(x) for x in v]
+            elif v is not None:
+                clean[k] = str(v)
+        try:
+            return StructuredSummary.model_validate(clean)
+        except ValueError:
+            return None
+
+    def summarize(self, messages: Sequence[BaseMessage], previous: str) -> StructuredSummary | None:
+        prompt = _transcript(messages)
+        if previous:
+            prompt = f"Summary so far:\n{previous}\n\nNew history:\n{prompt}"
+        try:
+            reply = self.model.invoke([SystemMessage(SUMMARY_PROMPT), HumanMessage(prompt)])
+        except Exception:
+            return None
+        return self._parse(text_of(reply), previous)
+
+    async def asummarize(
+        self, messages: Sequence[BaseMessage], previous: str
+    ) -> StructuredSummary | None:
+        prompt = _transcript(messages)
+        if previous:
+            prompt = f"Summary so far:\n{previous}\n\nNew history:\n{prompt}"
+        try:
+            reply = await self.model.ainvoke([SystemMessage(SUMMARY_PROMPT), HumanMessage(prompt)])
+        except Exception:
+            return None
+        return self._parse(text_of(reply), previous)

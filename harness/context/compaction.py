@@ -21,12 +21,12 @@ class ProjectionRule(BaseModel):
     top_n: int | None = Field(None, ge=1)
 
 
-def _project(value: Any, rule: ProjectionRule) -> Any:
+def _project(value: Any, rule: ProjectionRule, *, in_list: bool = False) -> Any:
     if isinstance(value, list):
         items = value[: rule.top_n] if rule.top_n else value
-        return [_project(v, rule) for v in items]
+        return [_project(v, rule, in_list=True) for v in items]
     if isinstance(value, dict):
-        if rule.fields and any(f in value for f in rule.fields):
+        if in_list and rule.fields:  # a record of a list: keep the configured fields
             return {k: value[k] for k in rule.fields if k in value}
         return {k: _project(v, rule) for k, v in value.items()}
     return value

@@ -295,3 +295,48 @@ with SqliteSaver.from_conn_string({str(db)!r}) as saver:
     assert restored["summary"].startswith("User need: buy")
     assert restored["constraints"]["exclude"] == "Nothing made of plastic."
     assert restored["summaries"] >= 1
+
+
+def test_projection_keeps_envelope_fields() -> None:
+    page = json.dumps(
+        {"platform": "ebay", "results": [{"item_id": "A", "platform": "ebay", "blob": "x" * 50}]}
+    )
+    rule = ProjectionRule(tool="t", fields=["item_id", "platform"])
+    assert json.loads(compact(page, rule) or "{}") == {
+        "platform": "ebay",
+        "results": [{"item_id": "A", "platform": "ebay"}],
+    }
+
+
+def test_context_benchmark_smoke() -> None:
+    from evoharness.sdk.benchmarks import context as bench
+
+    lines: list[str] = []
+    results = bench.run(rounds=40, budget=8000, echo=lines.append)
+    ours = results["(c) evoharness context"]
+    base = results["(b) langchain summarization"]
+    assert ours["retention"] == 1.0 and ours["violations"] == 0
+    assert ours["peak"] < 8000 and ours["compactions"] >= 1
+    assert base["retention"] < 1.0  # the weak summary dropped the first message's constraints
+    assert lines[-1].startswith("prefix_reuse=") and "baseline_prefix_reuse=" in lines[-1]
+
+
+def test_shop_with_context_saves_tokens_without_losing_success() -> None:
+    from evoharness.examples.shop.env import ShopEnvironment
+    from evoharness.sdk.runner import RunReport, run_tasks
+
+    reports = {}
+    for ctx in (False, True):
+        env = ShopEnvironment(context=ctx)
+        results = asyncio.run(
+            run_tasks(
+                env,
+                env.tasks("val")[:20],
+                model_factory=env.offline_model,
+                middleware_factory=env.harness_middleware,
+            )
+        )
+        reports[ctx] = RunReport.of(results)
+    assert reports[True].success_rate >= reports[False].success_rate
+    assert reports[True].mean_tokens < 0.95 * reports[False].mean_tokens
+    assert reports[True].event_counts.get("context_compacted", 0) > 0

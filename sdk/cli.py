@@ -40,7 +40,7 @@ bench_app = typer.Typer(
 )
 app.add_typer(bench_app, name="bench")
 app.add_typer(traces_app, name="traces")
-console = Console()
+console = Console(soft_wrap=True)  # long report lines stay one line when piped
 
 
 def _version(value: bool) -> None:

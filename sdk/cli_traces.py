@@ -16,7 +16,7 @@ from evoharness.harness import ConfigError
 from evoharness.harness.tracing import Observation, TraceStore
 
 app = typer.Typer(help="Inspect and export recorded traces.", no_args_is_help=True)
-console = Console()
+console = Console(soft_wrap=True)
 TRACE_DB = Path(".evoharness/traces.db")
 DbOption = Annotated[Path, typer.Option("--db", help="Local trace store (SQLite).")]
 

@@ -69,6 +69,13 @@ class ContextConfig(BaseModel):
     preview_chars: int = Field(600, ge=0)
     projections: list[ProjectionRule] = Field(default_factory=list)
     hot_note: bool = Field(False, description="Append a LATEST OBSERVATION note each call")
+    judge_above_chars: int = Field(
+        3_000,
+        ge=0,
+        description="Ask the compaction model about results without a rule "
+        "above this size (only when a compaction model is given)",
+    )
+    judged_top_n: int = Field(10, ge=1, description="Records kept when the model says compact")
 
 
 def render_sections(state: dict[str, Any]) -> str:
@@ -125,6 +132,7 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
         config: ContextConfig | None = None,
         *,
         summarizer: BaseChatModel | None = None,
+        compaction_model: BaseChatModel | None = None,
         cold_store: ColdStore | None = None,
         cold_dir: Path | str = ".evoharness/cold",
         counter: TokenCounter | None = None,
@@ -133,6 +141,7 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
         super().__init__()
         self.config = config or ContextConfig()
         self.summarizer = Summarizer(summarizer) if summarizer is not None else None
+        self.compaction_model = compaction_model
         self.cold = cold_store or FileColdStore(cold_dir)
         self.counter = counter or TokenCounter()
         self.events = events or EventLog()
@@ -245,10 +254,16 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
         base = text_of(request.system_message) if request.system_message else ""
         sections = render_sections(state)
         if _is_anthropic(request.model):
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": base or " "}]
+            # Anthropic caches tools -> system -> messages by prefix: a breakpoint at the end
+            # of the static system prompt covers the tools too; the second one sits at the
+            # end of the stable sections (the window's breakpoint).
+            blocks: list[dict[str, Any]] = [
+                {"type": "text", "text": base or " ", "cache_control": {"type": "ephemeral"}}
+            ]
             if sections:
-                blocks.append({"type": "text", "text": sections})
-            blocks[-1]["cache_control"] = {"type": "ephemeral"}  # the breakpoint
+                blocks.append(
+                    {"type": "text", "text": sections, "cache_control": {"type": "ephemeral"}}
+                )
             system = SystemMessage(content=cast(Any, blocks))
         else:
             system = SystemMessage(f"{base}\n\n{sections}".strip())
@@ -309,7 +324,7 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
             return result
         text = text_of(result)
         update: dict[str, Any] = {}
-        rule = self._rules.get(name)
+        rule = self._rules.get(name) or self._judged_rule(name, text)
         if rule is not None:
             smaller = compact(text, rule)
             if smaller is not None:
@@ -333,6 +348,24 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
         if not update:
             return msg
         return Command(update={"messages": [msg], **update})
+
+    def _judged_rule(self, name: str, text: str) -> ProjectionRule | None:
+        """Optional model-backed judgement: should this rule-less bulky result be compacted?"""
+        if self.compaction_model is None or len(text) <= self.config.judge_above_chars:
+            return None
+        question = (
+            f"A tool named {name} returned {len(text)} characters. Will the agent "
+            "need every record, or are the top records enough? Answer 'compact' or "
+            f"'keep'.\n\nStart of the result:\n{text[:1500]}"
+        )
+        try:
+            reply = text_of(self.compaction_model.invoke(question)).strip().lower()
+        except Exception:
+            return None  # no judgement: leave the result as it is
+        self.events.emit("context_compaction_judged", self.name, tool=name, verdict=reply[:20])
+        if reply.startswith("compact"):
+            return ProjectionRule(tool=name, top_n=self.config.judged_top_n)
+        return None
 
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]

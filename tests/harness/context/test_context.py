@@ -139,6 +139,7 @@ def test_anthropic_gets_a_cache_breakpoint_on_the_stable_prefix(tmp_path: Path) 
     system = model.calls[0][0]
     blocks = system.content
     assert isinstance(blocks, list) and blocks[0]["text"] == "You shop."
+    assert blocks[0]["cache_control"] == {"type": "ephemeral"}  # covers the tools too
     assert blocks[-1]["cache_control"] == {"type": "ephemeral"}
     assert "TASK STATE" in blocks[-1]["text"]
 
@@ -340,3 +341,25 @@ def test_shop_with_context_saves_tokens_without_losing_success() -> None:
     assert reports[True].success_rate >= reports[False].success_rate
     assert reports[True].mean_tokens < 0.95 * reports[False].mean_tokens
     assert reports[True].event_counts.get("context_compacted", 0) > 0
+
+
+def test_model_backed_compaction_judgement(tmp_path: Path) -> None:
+    events = EventLog()
+    judge = ScriptedChatModel(script=["compact", "keep"])
+    mw = ContextMiddleware(
+        ContextConfig(offload_chars=None, judge_above_chars=1000, judged_top_n=2),
+        compaction_model=judge,
+        cold_dir=tmp_path,
+        events=events,
+    )
+    first = mw.shrink("other", ToolMessage(BULK, tool_call_id="1"))
+    assert isinstance(first, ToolMessage)
+    assert len(json.loads(str(first.content))["results"]) == 2
+    second = mw.shrink("other", ToolMessage(BULK, tool_call_id="2"))
+    assert isinstance(second, ToolMessage) and second.content == BULK
+    small = mw.shrink("other", ToolMessage("tiny", tool_call_id="3"))
+    assert isinstance(small, ToolMessage) and len(judge.calls) == 2  # small ones: no question
+    assert [e.data["verdict"] for e in events.of_kind("context_compaction_judged")] == [
+        "compact",
+        "keep",
+    ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import sqlite3
 import threading
 import time
@@ -22,49 +21,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from evoharness.harness.text import content_words
+
 Kind = Literal["strategy", "lesson", "preference"]
 OpKind = Literal["ADD", "UPDATE", "MERGE", "DELETE"]
 HALF_LIFE_DAYS = 60.0
 DAY = 86_400.0
-_WORD = re.compile(r"[a-z][a-z0-9_]+")
-_STOP = frozenset(
-    [
-        "the",
-        "and",
-        "for",
-        "with",
-        "from",
-        "that",
-        "this",
-        "are",
-        "was",
-        "have",
-        "has",
-        "not",
-        "but",
-        "you",
-        "your",
-        "any",
-        "all",
-        "can",
-        "will",
-        "into",
-        "under",
-        "over",
-        "only",
-        "more",
-        "less",
-        "than",
-        "each",
-        "item",
-        "items",
-    ]
-)
 
 
 def words(text: str) -> frozenset[str]:
-    """Content words (lower case, 2+ chars, no stop words)."""
-    return frozenset(w for w in _WORD.findall(text.lower()) if w not in _STOP)
+    """Content words (see :func:`evoharness.harness.text.content_words`)."""
+    return content_words(text)
 
 
 def similarity(a: str, b: str) -> float:

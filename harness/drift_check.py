@@ -21,31 +21,9 @@ from evoharness.harness._fold import MessageFold
 from evoharness.harness._messages import model_calls, text_of, with_note
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
+from evoharness.harness.text import content_words
 
 Verdict = Literal["normal", "light", "severe"]
-_WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
-_STOP = frozenset(
-    [
-        "the",
-        "and",
-        "for",
-        "with",
-        "from",
-        "that",
-        "this",
-        "you",
-        "your",
-        "are",
-        "can",
-        "please",
-        "need",
-        "only",
-        "any",
-        "including",
-        "nothing",
-        "made",
-    ]
-)
 CHECKER_PROMPT = (
     "You check whether an agent drifted from the user's request. Answer with exactly one "
     "word: normal (on track), light (slightly off), or severe (working on something else)."
@@ -65,10 +43,9 @@ class DriftState(AgentState[Any]):
     drift_guard: NotRequired[DriftGuardState]
 
 
-def words(text: str) -> set[str]:
-    """Content words of ``text`` (lower-case, 3+ chars, no stop words; ``_`` splits too)."""
-    found = set(_WORD.findall(text.lower()))
-    return {p for w in found for p in (w, *w.split("_")) if len(p) > 2} - _STOP
+def words(text: str) -> frozenset[str]:
+    """Content words of ``text`` (see :func:`evoharness.harness.text.content_words`)."""
+    return content_words(text)
 
 
 def overlap(request: str, actions: Sequence[str]) -> float:

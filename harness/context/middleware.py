@@ -219,15 +219,20 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
         cut = safe_cut(state["messages"], self.config.keep_exchanges)
         return (cut, tail) if cut > 0 else None
 
-    def before_model(self, state: ContextState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+    def _plan(self, state: ContextState) -> tuple[dict[str, Any], tuple[int, int] | None, str]:
+        """The task-state update, the summary plan (cut, tail) and the previous summary."""
         update: dict[str, Any] = {}
         task = self._task_update(cast(dict[str, Any], state))
         if task is not None:
             update["task_state"] = task
         plan = self._prepare_summary(cast(dict[str, Any], state))
+        previous = (state.get("working_memory") or {}).get("stable_history_summary", "")
+        return update, plan, previous
+
+    def before_model(self, state: ContextState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        update, plan, previous = self._plan(state)
         if plan is not None and self.summarizer is not None:
             cut, tail = plan
-            previous = (state.get("working_memory") or {}).get("stable_history_summary", "")
             summary = self.summarizer.summarize(state["messages"][:cut], previous)
             update.update(self._rebuild(cast(dict[str, Any], state), summary, cut, tail))
         return update or None
@@ -235,14 +240,9 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
     async def abefore_model(
         self, state: ContextState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        update: dict[str, Any] = {}
-        task = self._task_update(cast(dict[str, Any], state))
-        if task is not None:
-            update["task_state"] = task
-        plan = self._prepare_summary(cast(dict[str, Any], state))
+        update, plan, previous = self._plan(state)
         if plan is not None and self.summarizer is not None:
             cut, tail = plan
-            previous = (state.get("working_memory") or {}).get("stable_history_summary", "")
             summary = await self.summarizer.asummarize(state["messages"][:cut], previous)
             update.update(self._rebuild(cast(dict[str, Any], state), summary, cut, tail))
         return update or None

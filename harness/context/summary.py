@@ -106,6 +106,7 @@ class Summarizer:
         self.model = model
 
     def _parse(self, text: str, previous: str) -> StructuredSummary | None:
+        """The structured summary in ``text``, or ``None`` if it has none of the fields."""
         from evoharness.harness._json import first_json_object
 
         data = first_json_object(text)
@@ -123,12 +124,17 @@ class Summarizer:
         except ValueError:
             return None
 
-    def summarize(self, messages: Sequence[BaseMessage], previous: str) -> StructuredSummary | None:
-        prompt = _transcript(messages)
+    @staticmethod
+    def _prompt(messages: Sequence[BaseMessage], previous: str) -> list[BaseMessage]:
+        text = _transcript(messages)
         if previous:
-            prompt = f"Summary so far:\n{previous}\n\nNew history:\n{prompt}"
+            text = f"Summary so far:\n{previous}\n\nNew history:\n{text}"
+        return [SystemMessage(SUMMARY_PROMPT), HumanMessage(text)]
+
+    def summarize(self, messages: Sequence[BaseMessage], previous: str) -> StructuredSummary | None:
+        """A summary of ``messages`` (folding in ``previous``), or ``None`` on failure."""
         try:
-            reply = self.model.invoke([SystemMessage(SUMMARY_PROMPT), HumanMessage(prompt)])
+            reply = self.model.invoke(self._prompt(messages, previous))
         except Exception:
             return None
         return self._parse(text_of(reply), previous)
@@ -136,11 +142,9 @@ class Summarizer:
     async def asummarize(
         self, messages: Sequence[BaseMessage], previous: str
     ) -> StructuredSummary | None:
-        prompt = _transcript(messages)
-        if previous:
-            prompt = f"Summary so far:\n{previous}\n\nNew history:\n{prompt}"
+        """Async twin of :meth:`summarize`."""
         try:
-            reply = await self.model.ainvoke([SystemMessage(SUMMARY_PROMPT), HumanMessage(prompt)])
+            reply = await self.model.ainvoke(self._prompt(messages, previous))
         except Exception:
             return None
         return self._parse(text_of(reply), previous)

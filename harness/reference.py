@@ -63,7 +63,13 @@ class ReferenceMiddleware(AgentMiddleware[ReferenceState, Any, Any]):
         if state.get("references") is not None:
             return None  # a resumed thread keeps what it was given
         query = next((text_of(m) for m in state["messages"] if isinstance(m, HumanMessage)), "")
-        ids, text = self.provider(query, self.user_id)
+        try:
+            ids, text = self.provider(query, self.user_id)
+        except Exception as exc:  # memory is an aid: a broken store must not stop the run
+            self.events.emit(
+                "memory_injection_failed", self.name, error=f"{type(exc).__name__}: {exc}"
+            )
+            return {"references": {"ids": [], "text": ""}}
         self.events.emit("memory_injected", self.name, skill_ids=list(ids))
         return {"references": {"ids": list(ids), "text": text}}
 

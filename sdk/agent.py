@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -70,7 +71,7 @@ class EvoAgent:
         if self.tracer is None:
             yield None
             return
-        info = run or RunInfo(run_id=uuid.uuid4().hex)
+        info = dataclasses.replace(run) if run else RunInfo(run_id=uuid.uuid4().hex)
         if info.input is None and isinstance(payload, dict):
             info.input = first_human_text(list(payload.get("messages", [])))
         thread = ((config or {}).get("configurable") or {}).get("thread_id")

@@ -139,3 +139,20 @@ def test_evolve_cli(
     assert main(["evolve", "guard", "show"]) == 0
     assert main(["evolve", "memory", "bogus", "--path", "m.db"]) == 2
     assert main(["evolve", "judge", "--db", "missing.db"]) == 2
+
+
+def test_broken_memory_store_does_not_stop_the_run() -> None:
+    from evoharness.harness import EventLog, ReferenceMiddleware
+
+    def broken(query: str, user: str | None) -> tuple[list[str], str]:
+        raise OSError("memory.db is locked")
+
+    events = EventLog()
+    model = ScriptedChatModel(script=["answer"])
+    agent = create_evo_agent(
+        model, [], system_prompt="base", middleware=[ReferenceMiddleware(broken, events=events)]
+    )
+    out = agent.invoke({"messages": [HumanMessage("hi")]})
+    assert out["messages"][-1].content == "answer"
+    assert str(model.calls[0][0].content) == "base"
+    assert "memory.db is locked" in events.of_kind("memory_injection_failed")[0].data["error"]

@@ -50,10 +50,10 @@ def _episodes(n: int) -> list[Episode]:
     ]
 
 
-def _measure(base_url: str, n: int, concurrency: int, workdir: Path) -> tuple[float, int]:
+def _model(base_url: str) -> Any:
     from langchain_openai import ChatOpenAI
 
-    model = ChatOpenAI(
+    return ChatOpenAI(
         model="judge-standin",
         base_url=base_url,
         api_key="unused",
@@ -61,58 +61,45 @@ def _measure(base_url: str, n: int, concurrency: int, workdir: Path) -> tuple[fl
         max_retries=0,
         timeout=30,
     )
-    state = EvolveState(workdir / f"state-{concurrency}.db")
-    # Warm up: imports, the client's connection pool (one connection per concurrent call).
-    warm = _episodes(concurrency)
-    asyncio.run(
-        judge_episodes(
-            [e.model_copy(update={"trace_id": f"{i + 10**6:032x}"}) for i, e in enumerate(warm)],
-            grader=LLMJudge(model, votes=1),
-            rubrics=RubricGenerator(),
-            state=EvolveState(workdir / f"warm-{concurrency}.db"),
-            concurrency=concurrency,
-        )
+
+
+async def _measure(model: Any, n: int, concurrency: int, workdir: Path) -> tuple[float, int]:
+    # Warm up: the client's connection pool (one connection per concurrent call).
+    warm = [
+        e.model_copy(update={"trace_id": f"{i + 10**6:032x}"})
+        for i, e in enumerate(_episodes(concurrency))
+    ]
+    await judge_episodes(
+        warm,
+        grader=LLMJudge(model, votes=1),
+        rubrics=RubricGenerator(),
+        state=EvolveState(workdir / f"warm-{concurrency}.db"),
+        concurrency=concurrency,
     )
+    state = EvolveState(workdir / f"state-{concurrency}.db")
     started = time.perf_counter()
-    report = asyncio.run(
-        judge_episodes(
-            _episodes(n),
-            grader=LLMJudge(model, votes=1),
-            rubrics=RubricGenerator(),
-            state=state,
-            concurrency=concurrency,
-        )
+    report = await judge_episodes(
+        _episodes(n),
+        grader=LLMJudge(model, votes=1),
+        rubrics=RubricGenerator(),
+        state=state,
+        concurrency=concurrency,
     )
     return time.perf_counter() - started, report.judged
 
 
-def _client_ceiling(base_url: str, n: int, concurrency: int, latency_s: float) -> float:
+async def _client_ceiling(model: Any, n: int, concurrency: int, latency_s: float) -> float:
     """Efficiency of bare ``ChatOpenAI.ainvoke`` calls alone: the client's own ceiling."""
-    from langchain_openai import ChatOpenAI
+    gate = asyncio.Semaphore(concurrency)
 
-    model = ChatOpenAI(
-        model="judge-standin",
-        base_url=base_url,
-        api_key="unused",
-        temperature=0,
-        max_retries=0,
-        timeout=30,
-    )
+    async def one() -> None:
+        async with gate:
+            await model.ainvoke("grade this")
 
-    async def go() -> float:
-        gate = asyncio.Semaphore(concurrency)
-
-        async def one() -> None:
-            async with gate:
-                await model.ainvoke("grade this")
-
-        await asyncio.gather(*(one() for _ in range(concurrency)))  # warm connections
-        started = time.perf_counter()
-        await asyncio.gather(*(one() for _ in range(n)))
-        return time.perf_counter() - started
-
-    wall = asyncio.run(go())
-    return (n * latency_s / concurrency) / wall
+    await asyncio.gather(*(one() for _ in range(concurrency)))  # warm connections
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(n)))
+    return (n * latency_s / concurrency) / (time.perf_counter() - started)
 
 
 def vote_reply(messages: list[dict[str, Any]]) -> str:
@@ -142,22 +129,29 @@ def run(n: int = 500, latency_s: float = 0.1, echo: Callable[[str], None] = prin
     try:
         assert proc.stdout is not None
         base_url = proc.stdout.readline().strip()
-        results = {}
-        with tempfile.TemporaryDirectory() as tmp:
-            for c in (1, 32):
-                wall, judged = _measure(base_url, n, c, Path(tmp))
-                ideal = n * latency_s / c
-                results[c] = ideal / wall
-                echo(
-                    f"concurrency {c:2d}: {judged}/{n} judged in {wall:6.2f} s "
-                    f"(ideal {ideal:.2f} s, efficiency {ideal / wall:.2f}, "
-                    f"{judged / wall:.1f} episodes/s)"
-                )
-            ceiling = _client_ceiling(base_url, n, 32, latency_s)
-            echo(
-                f"for reference, bare ChatOpenAI calls at concurrency 32 reach efficiency "
-                f"{ceiling:.2f} on this machine (the client's own CPU cost per call)"
-            )
+
+        async def everything() -> tuple[dict[int, float], float]:
+            # One event loop for every phase: LangChain shares its HTTP client between
+            # ChatOpenAI instances, and a client must not outlive its loop.
+            model = _model(base_url)
+            results: dict[int, float] = {}
+            with tempfile.TemporaryDirectory() as tmp:
+                for c in (1, 32):
+                    wall, judged = await _measure(model, n, c, Path(tmp))
+                    ideal = n * latency_s / c
+                    results[c] = ideal / wall
+                    echo(
+                        f"concurrency {c:2d}: {judged}/{n} judged in {wall:6.2f} s "
+                        f"(ideal {ideal:.2f} s, efficiency {ideal / wall:.2f}, "
+                        f"{judged / wall:.1f} episodes/s)"
+                    )
+            return results, await _client_ceiling(model, n, 32, latency_s)
+
+        results, ceiling = asyncio.run(everything())
+        echo(
+            f"for reference, bare ChatOpenAI calls at concurrency 32 reach efficiency "
+            f"{ceiling:.2f} on this machine (the client's own CPU cost per call)"
+        )
     finally:
         proc.terminate()
         proc.wait(10)

@@ -2,7 +2,7 @@
 
 from evoharness.evolve.curation import LLMCurator, RuleProposer, default_pattern
 from evoharness.evolve.cycle import CycleReport, run_cycle
-from evoharness.evolve.jobs import JudgeReport, judge_episodes, write_scores
+from evoharness.evolve.jobs import JudgePool, JudgeReport, judge_episodes, write_scores
 from evoharness.evolve.judge import (
     DEFAULT_CHECKS,
     ItemResult,
@@ -57,6 +57,7 @@ __all__ = [
     "ItemResult",
     "Judge",
     "JudgeFailure",
+    "JudgePool",
     "JudgeReport",
     "LLMCurator",
     "LLMJudge",

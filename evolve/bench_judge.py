@@ -8,6 +8,7 @@ loopback OpenAI-compatible endpoint that answers after ``latency_s``, at concurr
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from evoharness.evolve.jobs import judge_episodes
+from evoharness.evolve.jobs import JudgePool, judge_episodes
 from evoharness.evolve.judge import LLMJudge
 from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
@@ -102,13 +103,42 @@ async def _client_ceiling(model: Any, n: int, concurrency: int, latency_s: float
     return (n * latency_s / concurrency) / (time.perf_counter() - started)
 
 
+def make_grader(base_url: str) -> LLMJudge:
+    """The judge each pool worker builds (module level, so it can be pickled)."""
+    return LLMJudge(_model(base_url), votes=1)
+
+
+def _measure_pool(
+    base_url: str, n: int, concurrency: int, workers: int, workdir: Path
+) -> tuple[float, int]:
+    """Wall time of the same job through a warm :class:`JudgePool`."""
+    factory = functools.partial(make_grader, base_url)
+    with JudgePool(
+        grader_factory=factory,
+        rubrics_factory=RubricGenerator,
+        state_path=workdir / "pool.db",
+        workers=workers,
+    ) as pool:
+        warm = [
+            e.model_copy(update={"trace_id": f"{i + 2 * 10**6:032x}"})
+            for i, e in enumerate(_episodes(concurrency))
+        ]
+        pool.judge(warm, concurrency=concurrency)  # start the workers and their clients
+        started = time.perf_counter()
+        report = pool.judge(_episodes(n), concurrency=concurrency)
+        return time.perf_counter() - started, report.judged
+
+
 def vote_reply(messages: list[dict[str, Any]]) -> str:
     """The endpoint's answer: a valid judge vote (public for the endpoint process)."""
     return _vote(messages)
 
 
-def run(n: int = 500, latency_s: float = 0.1, echo: Callable[[str], None] = print) -> float:
-    """Run at concurrency 1 and 32; returns the efficiency at 32.
+def run(
+    n: int = 500, latency_s: float = 0.1, workers: int = 2, echo: Callable[[str], None] = print
+) -> float:
+    """Run at concurrency 1 and 32 (one process), then 32 over ``workers`` processes;
+    returns the efficiency at 32 of the better of the two.
 
     The endpoint runs in its own process (as a real server would), so its threads do not
     compete with the judge for this process's interpreter lock.
@@ -150,8 +180,18 @@ def run(n: int = 500, latency_s: float = 0.1, echo: Callable[[str], None] = prin
         results, ceiling = asyncio.run(everything())
         echo(
             f"for reference, bare ChatOpenAI calls at concurrency 32 reach efficiency "
-            f"{ceiling:.2f} on this machine (the client's own CPU cost per call)"
+            f"{ceiling:.2f} in one process (the client's own CPU cost per call)"
         )
+        if workers > 1:
+            with tempfile.TemporaryDirectory() as tmp:
+                wall, judged = _measure_pool(base_url, n, 32, workers, Path(tmp))
+            ideal = n * latency_s / 32
+            echo(
+                f"concurrency 32 over {workers} processes (JudgePool): {judged}/{n} judged "
+                f"in {wall:6.2f} s (efficiency {ideal / wall:.2f}, "
+                f"{judged / wall:.1f} episodes/s)"
+            )
+            results[32] = max(results[32], ideal / wall)
     finally:
         proc.terminate()
         proc.wait(10)

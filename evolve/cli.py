@@ -19,7 +19,7 @@ from rich.table import Table
 from evoharness.evolve.curation import RuleProposer
 from evoharness.evolve.cycle import run_cycle, summarize
 from evoharness.evolve.demo import Phase, run_demo
-from evoharness.evolve.jobs import judge_episodes
+from evoharness.evolve.jobs import JudgePool, judge_episodes
 from evoharness.evolve.judge import DEFAULT_CHECKS, Judge, RuleJudge
 from evoharness.evolve.memory import MemoryStore
 from evoharness.evolve.routing import GuardRuleFiles, route_all
@@ -59,6 +59,29 @@ def _grader_and_rubrics(env: str) -> tuple[Judge, RubricGenerator, RuleProposer]
     raise ConfigError(f"unknown --env {env!r}; choose shop or none", field="env")
 
 
+def shop_grader() -> Judge:
+    """Picklable factory for pool workers: the shop's rule judge."""
+    return _grader_and_rubrics("shop")[0]
+
+
+def shop_rubrics() -> RubricGenerator:
+    """Picklable factory for pool workers: the shop's rubrics."""
+    return _grader_and_rubrics("shop")[1]
+
+
+def plain_grader() -> Judge:
+    """Picklable factory for pool workers: generic rules only."""
+    return _grader_and_rubrics("none")[0]
+
+
+def plain_rubrics() -> RubricGenerator:
+    """Picklable factory for pool workers: generic rubrics."""
+    return _grader_and_rubrics("none")[1]
+
+
+FACTORIES = {"shop": (shop_grader, shop_rubrics), "none": (plain_grader, plain_rubrics)}
+
+
 def _source(db: Path) -> LocalTraceSource:
     if not db.exists():
         raise ConfigError(f"no trace store at {db}; run `evoharness run` first or pass --db")
@@ -72,28 +95,44 @@ def judge(
     tag: TagOption = None,
     env: Annotated[str, typer.Option(help="Rules for: shop, none")] = "shop",
     concurrency: Annotated[int, typer.Option(min=1, max=256)] = 8,
+    workers: Annotated[int, typer.Option(min=1, max=32, help="Processes (JudgePool)")] = 1,
 ) -> None:
     """Judge every unjudged trace (resumable) and write scores back to the store."""
     source = _source(db)
     grader, rubrics, _ = _grader_and_rubrics(env)
     episodes = list(source.episodes(EpisodeFilter(tags=tag or [])))
-    st = EvolveState(state)
-    with Progress(
-        TextColumn("judging"), BarColumn(), MofNCompleteColumn(), console=console, transient=True
-    ) as progress:
-        bar = progress.add_task("judge", total=len(episodes))
-        report = asyncio.run(
-            judge_episodes(
-                episodes,
-                grader=grader,
-                rubrics=rubrics,
-                state=st,
-                scores_to=source.store,
-                concurrency=concurrency,
-                on_progress=lambda *_: progress.advance(bar),
+    if workers > 1:
+        grader_factory, rubrics_factory = FACTORIES[env]
+        with JudgePool(
+            grader_factory=grader_factory,
+            rubrics_factory=rubrics_factory,
+            state_path=state,
+            scores_path=db,
+            workers=workers,
+        ) as pool:
+            report = pool.judge(episodes, concurrency=concurrency)
+    else:
+        st = EvolveState(state)
+        with Progress(
+            TextColumn("judging"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            bar = progress.add_task("judge", total=len(episodes))
+            report = asyncio.run(
+                judge_episodes(
+                    episodes,
+                    grader=grader,
+                    rubrics=rubrics,
+                    state=st,
+                    scores_to=source.store,
+                    concurrency=concurrency,
+                    on_progress=lambda *_: progress.advance(bar),
+                )
             )
-        )
-    source.store.flush(30)
+        source.store.flush(30)
     console.print(f"judged={report.judged} skipped={report.skipped} failed={report.failed}")
 
 

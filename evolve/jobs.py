@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel
@@ -149,3 +151,111 @@ async def judge_episodes(
     if tasks:
         await asyncio.gather(*tasks)
     return report
+
+
+def _judge_shard(
+    episodes: list[Episode],
+    grader_factory: Callable[[], Grader],
+    rubrics_factory: Callable[[], RubricGenerator],
+    state_path: str,
+    scores_path: str | None,
+    concurrency: int,
+    retry_failed: bool,
+) -> JudgeReport:
+    """Worker-process entry: judge one shard on this process's own event loop."""
+    scores = TraceStore(scores_path) if scores_path else None
+    try:
+        return asyncio.run(
+            judge_episodes(
+                episodes,
+                grader=grader_factory(),
+                rubrics=rubrics_factory(),
+                state=EvolveState(state_path),
+                scores_to=scores,
+                concurrency=concurrency,
+                retry_failed=retry_failed,
+            )
+        )
+    finally:
+        if scores is not None:
+            scores.close(30)
+
+
+class JudgePool:
+    """Judge in several processes: one event loop per process, the same resumable state.
+
+    One event loop is bound by the client library's CPU cost per model call; processes
+    add cores. Workers start once (spawned, so nothing of the parent's threads is
+    inherited) and stay warm between :meth:`judge` calls. Factories must be picklable
+    (module-level functions, classes, or ``functools.partial`` of them).
+
+    Args:
+        grader_factory: Builds the grader in each worker (e.g. an ``LLMJudge`` with its
+            model).
+        rubrics_factory: Builds the rubric generator in each worker.
+        state_path: The evolve state database shared by the workers (SQLite WAL).
+        scores_path: A trace store the workers write scores back to (optional).
+        workers: Processes.
+    """
+
+    def __init__(
+        self,
+        *,
+        grader_factory: Callable[[], Grader],
+        rubrics_factory: Callable[[], RubricGenerator],
+        state_path: Path | str,
+        scores_path: Path | str | None = None,
+        workers: int = 2,
+    ) -> None:
+        import multiprocessing
+
+        if workers < 1:
+            raise ValueError("workers must be at least 1")
+        self.grader_factory = grader_factory
+        self.rubrics_factory = rubrics_factory
+        self.state_path = str(state_path)
+        self.scores_path = str(scores_path) if scores_path is not None else None
+        self.workers = workers
+        self._pool = ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("spawn")
+        )
+
+    def judge(
+        self, episodes: Iterable[Episode], *, concurrency: int = 32, retry_failed: bool = True
+    ) -> JudgeReport:
+        """Judge every episode not judged yet; ``concurrency`` is split over the workers."""
+        todo = list(episodes)
+        done = EvolveState(self.state_path).judged(include_failed=not retry_failed)
+        pending = [e for e in todo if e.trace_id not in done]
+        shards = [pending[i :: self.workers] for i in range(self.workers)]
+        per_worker = max(1, concurrency // self.workers)
+        futures = [
+            self._pool.submit(
+                _judge_shard,
+                shard,
+                self.grader_factory,
+                self.rubrics_factory,
+                self.state_path,
+                self.scores_path,
+                per_worker,
+                retry_failed,
+            )
+            for shard in shards
+            if shard
+        ]
+        report = JudgeReport(seen=len(todo), skipped=len(todo) - len(pending))
+        for f in futures:
+            part = f.result()
+            report.judged += part.judged
+            report.failed += part.failed
+        return report
+
+    def close(self) -> None:
+        """Stop the workers."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> JudgePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

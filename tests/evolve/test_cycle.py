@@ -129,6 +129,8 @@ def test_evolve_cli(
     db = str(store.path)
     assert main(["evolve", "judge", "--db", db, "--state", "e.db"]) == 0
     assert "judged=" in capsys.readouterr().out
+    assert main(["evolve", "judge", "--db", db, "--state", "pool.db", "--workers", "2"]) == 0
+    assert "judged=40" in capsys.readouterr().out
     assert main(["evolve", "route", "--db", db, "--state", "e.db"]) == 0
     assert "strategy_candidate" in capsys.readouterr().out
     assert main(["evolve", "cycle", "--db", db, "--state", "e.db", "--memory-path", "m.db"]) == 0

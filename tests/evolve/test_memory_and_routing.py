@@ -257,3 +257,25 @@ def test_judge_failures_are_recorded_and_do_not_block(tmp_path: Path) -> None:
     )
     assert (report.judged, report.failed) == (4, 1)
     assert "judge endpoint 500" in state.failures()[f"{3:032x}"]
+
+
+def test_judge_pool_spreads_work_over_processes_and_resumes(tmp_path: Path) -> None:
+    from evoharness.evolve.jobs import JudgePool
+    from evoharness.evolve.judge import RuleJudge
+    from evoharness.harness.tracing import TraceStore
+
+    episodes = [Episode(trace_id=f"{i:032x}", run_id=str(i), final_answer="ok") for i in range(12)]
+    with JudgePool(
+        grader_factory=RuleJudge,
+        rubrics_factory=RubricGenerator,
+        state_path=tmp_path / "e.db",
+        scores_path=tmp_path / "t.db",
+        workers=2,
+    ) as pool:
+        first = pool.judge(episodes[:8], concurrency=4)
+        second = pool.judge(episodes, concurrency=4)
+    assert (first.judged, first.failed) == (8, 0)
+    assert (second.judged, second.skipped) == (4, 8)
+    assert len(EvolveState(tmp_path / "e.db").judged()) == 12
+    store = TraceStore(tmp_path / "t.db")
+    assert store.counts()["scores"] == 12 * 3  # p0_pass, p1_deduction, total per episode

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
@@ -33,17 +34,24 @@ def model_factory(
     api_key = os.environ.get(api_key_env) if api_key_env else None
     if api_key_env and api_key is None:
         raise ConfigError(f"environment variable {api_key_env} is not set", field="api_key_env")
-    if provider == "openai":
-        from langchain_openai import ChatOpenAI
+    try:
+        if provider == "openai":
+            from langchain_openai import ChatOpenAI
 
-        extra: dict[str, object] = {"base_url": base_url} if base_url else {}
-        if api_key is not None:
-            extra["api_key"] = api_key
-        elif base_url and "OPENAI_API_KEY" not in os.environ:
-            extra["api_key"] = "unused"  # local OpenAI-compatible servers ignore the key
-        shared: BaseChatModel = ChatOpenAI(model=name, temperature=0, **extra)
-    else:
-        from langchain.chat_models import init_chat_model
+            extra: dict[str, object] = {"base_url": base_url} if base_url else {}
+            if api_key is not None:
+                extra["api_key"] = api_key
+            elif base_url and "OPENAI_API_KEY" not in os.environ:
+                extra["api_key"] = "unused"  # local OpenAI-compatible servers ignore the key
+            shared: BaseChatModel = ChatOpenAI(model=name, temperature=0, **extra)
+        else:
+            from langchain.chat_models import init_chat_model
 
-        shared = init_chat_model(spec, temperature=0, base_url=base_url)
+            options: dict[str, Any] = {"base_url": base_url} if base_url else {}
+            shared = init_chat_model(spec, temperature=0, **options)
+    except ConfigError:
+        raise
+    except Exception as exc:  # missing credentials, unknown provider, missing package
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"cannot create model {spec!r}: {first_line}", field="model") from exc
     return lambda: shared

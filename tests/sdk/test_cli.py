@@ -64,3 +64,15 @@ def test_run_records_traces_and_exports_when_langfuse_is_configured(
         assert len(lf.spans) == counts["observations"]
     rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert {r["trace_id"] for r in rows} == {t.id for t in store.traces()}
+
+
+def test_model_errors_are_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert main(["run", "--model", "openai:gpt-4o-mini", "--limit", "1", "--no-trace"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot create model 'openai:gpt-4o-mini'" in err and err.count("\n") == 1
+    assert main(["run", "--model", "nosuch:model", "--limit", "1", "--no-trace"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot create model 'nosuch:model'" in err and err.count("\n") == 1

@@ -101,17 +101,18 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
         self._calls = MessageFold(lambda n, m: n + isinstance(m, AIMessage), int)
 
     def _suspicion(self, messages: Sequence[AnyMessage]) -> tuple[str, list[str], float] | None:
-        rounds = model_calls(messages)
+        rounds = self._calls(messages)
         if rounds == 0 or rounds % self.every:
             return None
         request = next((text_of(m) for m in messages if isinstance(m, HumanMessage)), "")
-        actions = [
-            f"{c['name']} {' '.join(str(v) for v in c['args'].values())}"
-            for m in messages
-            if isinstance(m, AIMessage)
-            for c in m.tool_calls
-        ]
-        actions = actions[-self.window :]
+        actions: list[str] = []  # the last `window` tool calls, newest scanned first
+        for m in reversed(messages):
+            if isinstance(m, AIMessage):
+                for c in reversed(m.tool_calls):
+                    actions.append(f"{c['name']} {' '.join(str(v) for v in c['args'].values())}")
+                if len(actions) >= self.window:
+                    break
+        actions = actions[: self.window][::-1]
         if not actions:
             return None
         score = overlap(request, actions)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 _WORD = re.compile(r"[a-z][a-z0-9_]+")
@@ -44,6 +45,7 @@ STOP_WORDS = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=4096)  # requests and tool calls repeat across rounds
 def content_words(text: str, *, min_len: int = 3) -> frozenset[str]:
     """Lower-case words of at least ``min_len`` characters, minus stop words; a word with
     underscores (``item_search``) also contributes its parts."""

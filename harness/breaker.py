@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -44,6 +44,11 @@ class Permit:
     retry_after_s: float = 0.0
 
 
+_CLOSED = Permit(True, "closed")
+_NONE: tuple[Transition, ...] = ()
+_PROBE = Permit(True, "half_open")
+
+
 @dataclass(frozen=True, slots=True)
 class Transition:
     """A state change of one key's breaker."""
@@ -60,11 +65,11 @@ class BreakerBackend(Protocol):
     blocking_io: bool
     """True when calls do network I/O (async callers then use a worker thread)."""
 
-    def acquire(self, key: str) -> tuple[Permit, list[Transition]]:
+    def acquire(self, key: str) -> tuple[Permit, Sequence[Transition]]:
         """Ask to make a call on ``key``; may move open -> half_open."""
         ...
 
-    def record(self, key: str, *, failure: bool) -> list[Transition]:
+    def record(self, key: str, *, failure: bool) -> Sequence[Transition]:
         """Record the outcome of a permitted call."""
         ...
 
@@ -102,7 +107,10 @@ class InMemoryBreakerBackend:
         self._lock = threading.Lock()
 
     def _get(self, key: str) -> _KeyState:
-        return self._keys.setdefault(key, _KeyState())
+        s = self._keys.get(key)  # not setdefault: that builds a state on every call
+        if s is None:
+            s = self._keys[key] = _KeyState()
+        return s
 
     def state(self, key: str) -> BreakerState:
         with self._lock:
@@ -114,10 +122,12 @@ class InMemoryBreakerBackend:
             s = self._get(key)
             return len(s.window), s.failures
 
-    def acquire(self, key: str) -> tuple[Permit, list[Transition]]:
+    def acquire(self, key: str) -> tuple[Permit, Sequence[Transition]]:
         c = self.config
         with self._lock:
             s = self._get(key)
+            if s.state == "closed":  # the hot path: no allocation
+                return _CLOSED, _NONE
             moved: list[Transition] = []
             if s.state == "open":
                 waited = self._clock() - s.opened_at
@@ -129,10 +139,10 @@ class InMemoryBreakerBackend:
                 if s.probes >= c.half_open_max_calls:
                     return Permit(False, "half_open", c.open_duration_s), moved
                 s.probes += 1
-                return Permit(True, "half_open"), moved
-            return Permit(True, "closed"), moved
+                return _PROBE, moved
+            return _CLOSED, moved
 
-    def record(self, key: str, *, failure: bool) -> list[Transition]:
+    def record(self, key: str, *, failure: bool) -> Sequence[Transition]:
         c = self.config
         with self._lock:
             s = self._get(key)
@@ -146,9 +156,9 @@ class InMemoryBreakerBackend:
                     s.window.clear()
                     s.failures = 0
                     return [Transition(key, "half_open", "closed")]
-                return []
+                return _NONE
             if s.state == "open":
-                return []  # a late result from before the trip; the window is frozen
+                return _NONE  # a late result from before the trip; the window is frozen
             s.window.append(failure)
             s.failures += failure
             if len(s.window) > c.window_size:
@@ -160,4 +170,4 @@ class InMemoryBreakerBackend:
                 s.window.clear()
                 s.failures = 0
                 return [Transition(key, "closed", "open", failure_rate=round(rate, 4))]
-            return []
+            return _NONE

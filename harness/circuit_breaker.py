@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
@@ -97,7 +97,7 @@ class CircuitBreakerMiddleware(AgentMiddleware[Any, Any, Any]):
         return self._name or type(self).__name__
 
     # -- decision logic (pure apart from the backend) --------------------------------------
-    def _report(self, transitions: list[Transition]) -> None:
+    def _report(self, transitions: Sequence[Transition]) -> None:
         for t in transitions:
             self.events.emit(
                 f"breaker_{t.to_state}",
@@ -136,7 +136,8 @@ class CircuitBreakerMiddleware(AgentMiddleware[Any, Any, Any]):
             return handler(request)
         key = self.key(request.tool_call)
         permit, moved = self.backend.acquire(key)
-        self._report(moved)
+        if moved:
+            self._report(moved)
         if not permit.allowed:
             return self._blocked(request, key, permit)
         started = time.perf_counter()
@@ -145,8 +146,11 @@ class CircuitBreakerMiddleware(AgentMiddleware[Any, Any, Any]):
         except BaseException as exc:
             self._report(self.backend.record(key, failure=self._failed(exc, 0.0)))
             raise
-        failed = self._failed(result, time.perf_counter() - started)
-        self._report(self.backend.record(key, failure=failed))
+        moved = self.backend.record(
+            key, failure=self._failed(result, time.perf_counter() - started)
+        )
+        if moved:
+            self._report(moved)
         return result
 
     async def awrap_tool_call(

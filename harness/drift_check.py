@@ -17,8 +17,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
 from langgraph.types import Command
 
-from evoharness.harness._fold import MessageFold
-from evoharness.harness._messages import model_calls, text_of, with_note
+from evoharness.harness._history import history_stats
+from evoharness.harness._messages import text_of, with_note
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
 from evoharness.harness.text import content_words
@@ -43,6 +43,10 @@ class DriftState(AgentState[Any]):
     drift_guard: NotRequired[DriftGuardState]
 
 
+def _model_calls(messages: Sequence[AnyMessage]) -> int:
+    return history_stats(messages).model_calls
+
+
 def words(text: str) -> frozenset[str]:
     """Content words of ``text`` (see :func:`evoharness.harness.text.content_words`)."""
     return content_words(text)
@@ -53,7 +57,8 @@ def overlap(request: str, actions: Sequence[str]) -> float:
     want = words(request)
     if not want:
         return 1.0
-    return len(want & words(" ".join(actions))) / len(want)
+    seen = frozenset().union(*(words(a) for a in actions))  # per action: cached
+    return len(want & seen) / len(want)
 
 
 def parse_verdict(text: str) -> Verdict | None:
@@ -98,10 +103,9 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
         self.severe_limit = severe_limit
         self.terminal_tool = terminal_tool
         self.events = events or EventLog()
-        self._calls = MessageFold(lambda n, m: n + isinstance(m, AIMessage), int)
 
     def _suspicion(self, messages: Sequence[AnyMessage]) -> tuple[str, list[str], float] | None:
-        rounds = self._calls(messages)
+        rounds = _model_calls(messages)
         if rounds == 0 or rounds % self.every:
             return None
         request = next((text_of(m) for m in messages if isinstance(m, HumanMessage)), "")
@@ -149,7 +153,7 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
             "severe_streak": streak,
             "force": force,
             "hint": hint,
-            "hint_for": model_calls(messages),
+            "hint_for": _model_calls(messages),
         }
 
     def _history(
@@ -157,7 +161,7 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
     ) -> DriftState | None:
         """The state after this reply, or ``None`` when this round is not checked."""
         history = request.state["messages"]
-        if (self._calls(history) + 1) % self.every:
+        if (_model_calls(history) + 1) % self.every:
             return None  # cheap exit: most rounds are not checked
         messages = cast(list[AnyMessage], [*history, *response.result])
         guard = cast(DriftGuardState, request.state.get("drift_guard") or {})
@@ -208,7 +212,7 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
 
     def _prepare(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         guard = cast(DriftGuardState, request.state.get("drift_guard") or {})
-        if "hint_for" not in guard or guard["hint_for"] != self._calls(request.state["messages"]):
+        if "hint_for" not in guard or guard["hint_for"] != _model_calls(request.state["messages"]):
             return request
         request = with_note(request, [guard.get("hint", "")])
         if guard.get("force") and self.terminal_tool:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict, cast
 
 from langchain.agents.middleware import (
@@ -17,7 +15,7 @@ from langchain.agents.middleware import (
 from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.types import Command
 
-from evoharness.harness._fold import MessageFold
+from evoharness.harness._history import HistoryStats, history_stats
 from evoharness.harness._messages import last_ai, with_note
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
@@ -69,33 +67,6 @@ def detect_loop(messages: Sequence[AnyMessage], *, same_call: int, same_tool: in
     return None
 
 
-@dataclass(frozen=True)
-class LoopStats:
-    """Tool-call statistics of a history: what the loop detector needs, foldable."""
-
-    counts: dict[tuple[str, str], int] = field(default_factory=dict)
-    last_name: str | None = None
-    streak: int = 0
-    model_calls: int = 0
-    last_keys: tuple[tuple[str, str], ...] = ()
-    """Keys of the newest message's tool calls (so they are serialised only once)."""
-
-    def add(self, message: object) -> LoopStats:
-        """The stats after ``message`` (a new object; ``self`` is unchanged)."""
-        if not isinstance(message, AIMessage):
-            return self
-        counts, last, streak = dict(self.counts), self.last_name, self.streak
-        keys = tuple(
-            (c["name"], json.dumps(c["args"], sort_keys=True, default=str))
-            for c in message.tool_calls
-        )
-        for key in keys:
-            counts[key] = counts.get(key, 0) + 1
-            streak = streak + 1 if key[0] == last else 1
-            last = key[0]
-        return LoopStats(counts, last, streak, self.model_calls + 1, keys)
-
-
 class LoopDetectionMiddleware(AgentMiddleware[LoopState, Any, Any]):
     """Stop agents that repeat themselves.
 
@@ -129,7 +100,6 @@ class LoopDetectionMiddleware(AgentMiddleware[LoopState, Any, Any]):
         self.same_tool = same_tool
         self.escalate_after = escalate_after
         self.events = events or EventLog()
-        self._stats = MessageFold(LoopStats.add, LoopStats)
 
     def reflect(
         self, history: Sequence[AnyMessage], reply: AIMessage, guard: LoopGuardState
@@ -139,7 +109,7 @@ class LoopDetectionMiddleware(AgentMiddleware[LoopState, Any, Any]):
         The returned reply is unchanged with a hint for the next call, or stripped of its
         tool calls (which ends the run) once the hints are used up.
         """
-        stats = self._stats(history).add(reply)  # incremental: O(new messages) per round
+        stats = history_stats(history).add(reply)  # incremental: O(new messages) per round
         found = self._found(stats, reply)
         if found is None:
             return None
@@ -182,7 +152,7 @@ class LoopDetectionMiddleware(AgentMiddleware[LoopState, Any, Any]):
             command=Command(update={"loop_guard": new_guard}),
         )
 
-    def _found(self, stats: LoopStats, reply: AIMessage) -> str | None:
+    def _found(self, stats: HistoryStats, reply: AIMessage) -> str | None:
         """Same verdict as :func:`detect_loop`, from folded statistics."""
         for key in stats.last_keys:
             times = stats.counts[key]
@@ -196,7 +166,7 @@ class LoopDetectionMiddleware(AgentMiddleware[LoopState, Any, Any]):
         guard = cast(LoopGuardState, request.state.get("loop_guard") or {})
         if (
             guard.get("hint")
-            and guard.get("hint_for") == self._stats(request.state["messages"]).model_calls
+            and guard.get("hint_for") == history_stats(request.state["messages"]).model_calls
         ):
             return with_note(request, [guard["hint"]])
         return request

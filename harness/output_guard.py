@@ -1,24 +1,31 @@
-"""Output guard (on_session_end): versioned rules checked on the final answer."""
+"""Output guard: versioned rules checked on the final answer as it is produced.
+
+The final answer is the model reply without tool calls (or a ``return_direct`` tool's
+result). The guard checks it inside the model call (tool call) that produced it, so an
+answer that breaks a rule never reaches the checkpointed state or a stream consumer, and
+the guard adds no graph node (see ``evoharness bench overhead``).
+"""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from langchain.agents.middleware import AgentMiddleware
-from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
-from langgraph.runtime import Runtime
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langgraph.prebuilt.tool_node import ToolCallRequest
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from evoharness.harness._messages import text_of
+from evoharness.harness._messages import ToolResult, text_of
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
 
 Action = Literal["redact", "block"]
+M = TypeVar("M", bound=BaseMessage)
 
 
 class GuardRule(BaseModel):
@@ -80,17 +87,11 @@ class GuardRuleSet(BaseModel):
         tmp.replace(path)
 
 
-def _final_answer(messages: list[AnyMessage]) -> AIMessage | ToolMessage | None:
-    last = messages[-1] if messages else None
-    if isinstance(last, AIMessage) and not last.tool_calls:
-        return last
-    if isinstance(last, ToolMessage):  # a return_direct tool's output is the answer
-        return last
-    return None
-
-
 class OutputGuardMiddleware(AgentMiddleware[Any, Any, Any]):
     """Check the final answer against guard rules; redact or block, and record the rule.
+
+    Runs on every model reply without tool calls and on results of ``return_direct``
+    tools; everything else passes through untouched.
 
     Args:
         rules: An in-memory rule set.
@@ -145,11 +146,8 @@ class OutputGuardMiddleware(AgentMiddleware[Any, Any, Any]):
                 text = new
         return text, redacted, []
 
-    def guard(self, state: dict[str, Any]) -> dict[str, Any] | None:
-        """The on_session_end decision: a replacement final message, or ``None``."""
-        answer = _final_answer(list(state.get("messages", [])))
-        if answer is None:
-            return None
+    def guard_message(self, answer: M) -> M | None:
+        """A replacement for the final ``answer`` (redacted, or a refusal), or ``None``."""
         text, redacted, blocked = self.check(text_of(answer))
         version = self.rules.version
         if blocked:
@@ -159,10 +157,61 @@ class OutputGuardMiddleware(AgentMiddleware[Any, Any, Any]):
             self.events.emit("guard_redacted", self.name, rules=redacted, version=version)
         else:
             return None
-        return {"messages": [answer.model_copy(update={"content": text})]}
+        return answer.model_copy(update={"content": text})
 
-    def after_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self.guard(state)
+    def guard(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        """Check the final message of ``state``: a state update replacing it, or ``None``.
 
-    async def aafter_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self.guard(state)
+        For callers outside an agent run (the middleware itself guards answers as they
+        are produced).
+        """
+        messages = state.get("messages") or []
+        last = messages[-1] if messages else None
+        replacement: AIMessage | ToolMessage | None = None
+        if isinstance(last, ToolMessage) or (isinstance(last, AIMessage) and not last.tool_calls):
+            replacement = self.guard_message(last)
+        return None if replacement is None else {"messages": [replacement]}
+
+    def _guard_reply(self, response: ModelResponse[Any]) -> ModelResponse[Any]:
+        result = response.result
+        last = result[-1] if result else None
+        if not isinstance(last, AIMessage) or last.tool_calls:
+            return response  # not a final answer: the loop goes on
+        replacement = self.guard_message(last)
+        if replacement is None:
+            return response
+        return ModelResponse(
+            result=[*result[:-1], replacement], structured_response=response.structured_response
+        )
+
+    def _guard_result(self, request: ToolCallRequest, result: ToolResult) -> ToolResult:
+        tool = request.tool
+        if tool is None or not tool.return_direct or not isinstance(result, ToolMessage):
+            return result
+        return self.guard_message(result) or result
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        return self._guard_reply(handler(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        return self._guard_reply(await handler(request))
+
+    def wrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
+    ) -> ToolResult:
+        return self._guard_result(request, handler(request))
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
+    ) -> ToolResult:
+        return self._guard_result(request, await handler(request))

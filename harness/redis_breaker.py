@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from evoharness.harness.breaker import (
@@ -115,7 +115,7 @@ def _as_state(value: str) -> BreakerState:
     return value  # type: ignore[return-value]
 
 
-def _transitions(key: str, moved: bytes | str, rate: bytes | str = b"") -> list[Transition]:
+def _transitions(key: str, moved: bytes | str, rate: bytes | str = b"") -> Sequence[Transition]:
     text = moved.decode() if isinstance(moved, bytes) else moved
     if not text:
         return []
@@ -238,7 +238,7 @@ class RedisBreakerBackend:
         )
         return True
 
-    def _run_record(self, key: str, failure: bool) -> list[Transition]:
+    def _run_record(self, key: str, failure: bool) -> Sequence[Transition]:
         c = self.config
         moved, rate = self._record(
             keys=self._keys(key),
@@ -253,8 +253,8 @@ class RedisBreakerBackend:
         )
         return _transitions(key, moved, rate)
 
-    def acquire(self, key: str) -> tuple[Permit, list[Transition]]:
-        def remote() -> tuple[Permit, list[Transition]]:
+    def acquire(self, key: str) -> tuple[Permit, Sequence[Transition]]:
+        def remote() -> tuple[Permit, Sequence[Transition]]:
             ok, state, retry, moved = self._acquire(
                 keys=self._keys(key),
                 args=[self.config.open_duration_s, self.config.half_open_max_calls],
@@ -264,8 +264,8 @@ class RedisBreakerBackend:
 
         return self._guarded(remote, lambda: self._local.acquire(key))
 
-    def record(self, key: str, *, failure: bool) -> list[Transition]:
-        def local() -> list[Transition]:
+    def record(self, key: str, *, failure: bool) -> Sequence[Transition]:
+        def local() -> Sequence[Transition]:
             with self._lock:
                 self._pending.append((key, failure))
             return self._local.record(key, failure=failure)

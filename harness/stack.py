@@ -82,6 +82,8 @@ def default_middleware(
     log = events or EventLog()
     stack: list[AgentMiddleware[Any, Any, Any]] = [
         HooksMiddleware(hooks or HookRegistry(), events=log),
+        # outside the reflect controls: it sees the final answer after they changed it
+        OutputGuardMiddleware(rules=c.guard_rules, rules_path=c.guard_rules_path, events=log),
         LoopDetectionMiddleware(
             same_call=c.loop_same_call,
             same_tool=c.loop_same_tool,
@@ -97,9 +99,6 @@ def default_middleware(
         stack.append(TokenBudgetMiddleware(budget_tokens=c.budget_tokens, events=log))
     if references is not None:
         stack.append(ReferenceMiddleware(references, events=log))
-    stack.append(
-        OutputGuardMiddleware(rules=c.guard_rules, rules_path=c.guard_rules_path, events=log)
-    )
     stack.append(
         ToolGuardMiddleware(phases=c.phases, max_result_chars=c.max_result_chars, events=log)
     )

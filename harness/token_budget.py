@@ -6,13 +6,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
-from langchain_core.messages import AIMessage, AnyMessage
+from langchain_core.messages import AnyMessage
 
-from evoharness.harness._fold import MessageFold
+from evoharness.harness._history import history_stats, reply_tokens
 from evoharness.harness._messages import last_ai, with_note
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
-from evoharness.harness.tokens import approx_message_tokens
 
 Tier = Literal["normal", "tight", "minimal"]
 
@@ -27,14 +26,7 @@ DEFAULT_HINTS: dict[Tier, str] = {
 
 def tokens_used(messages: Sequence[AnyMessage]) -> int:
     """Tokens spent so far: provider-reported usage, else the approximation per reply."""
-    used = 0
-    for m in messages:
-        if isinstance(m, AIMessage):
-            if m.usage_metadata:
-                used += m.usage_metadata["total_tokens"]
-            else:
-                used += approx_message_tokens([m])
-    return used
+    return sum(reply_tokens(m) for m in messages)
 
 
 class TokenBudgetMiddleware(AgentMiddleware[Any, Any, Any]):
@@ -67,7 +59,6 @@ class TokenBudgetMiddleware(AgentMiddleware[Any, Any, Any]):
         self.minimal_at = minimal_at
         self.hints = {**DEFAULT_HINTS, **(hints or {})}
         self.events = events or EventLog()
-        self._used = MessageFold(lambda acc, m: acc + tokens_used([m]), int)
 
     def tier(self, used: int) -> Tier:
         """The tier for ``used`` tokens."""
@@ -77,11 +68,11 @@ class TokenBudgetMiddleware(AgentMiddleware[Any, Any, Any]):
         return "tight" if share >= self.tight_at else "normal"
 
     def _prepare(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
-        messages = request.messages
-        used = self._used(messages)
+        messages = request.state["messages"]  # the session's spend, not the visible window
+        used = history_stats(messages).tokens
         tier = self.tier(used)
         newest = last_ai(messages)
-        before = self.tier(used - tokens_used([newest])) if newest is not None else "normal"
+        before = self.tier(used - reply_tokens(newest)) if newest is not None else "normal"
         if tier != before:
             self.events.emit(
                 "budget_tier", self.name, tier=tier, used=used, budget=self.budget_tokens

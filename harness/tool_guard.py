@@ -8,6 +8,7 @@ from typing import Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -80,7 +81,7 @@ def _field_errors(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-class ToolGuardMiddleware(AgentMiddleware[PhaseState, Any, Any]):
+class ToolGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Govern tool calls before and after they run.
 
     Before (pre_tool_call): unknown/hallucinated tools get an observation listing the
@@ -100,7 +101,7 @@ class ToolGuardMiddleware(AgentMiddleware[PhaseState, Any, Any]):
             ``assertion_violated`` and ``phase_advanced`` events.
     """
 
-    state_schema = PhaseState
+    state_schema: type[AgentState[Any]] = PhaseState
 
     def __init__(
         self,
@@ -118,6 +119,8 @@ class ToolGuardMiddleware(AgentMiddleware[PhaseState, Any, Any]):
             raise ConfigError("max_result_chars must be at least 100", field="max_result_chars")
         self.allowed = frozenset(allowed_tools) if allowed_tools is not None else None
         self.phases = phases
+        if phases is None:  # no `phase` channel: every state key costs a little per step
+            self.state_schema = AgentState
         self.validate_args = validate_args
         self.max_result_chars = max_result_chars
         self.content_filter = content_filter
@@ -125,6 +128,9 @@ class ToolGuardMiddleware(AgentMiddleware[PhaseState, Any, Any]):
         self.events = events or EventLog()
         self._known: set[str] = set()
         self._seen_tools: object = None
+        # tool name -> (tool, its argument model or None); `tool_call_schema` builds the
+        # model anew on every access, so it is looked up once per tool object
+        self._schemas: dict[str, tuple[BaseTool, type[BaseModel] | None]] = {}
 
     # -- pre_tool_call ---------------------------------------------------------------------
     def _available(self) -> list[str]:
@@ -134,9 +140,8 @@ class ToolGuardMiddleware(AgentMiddleware[PhaseState, Any, Any]):
     def check_call(self, request: ToolCallRequest) -> ToolMessage | None:
         """Return a rejection observation, or ``None`` when the call may run."""
         name = request.tool_call["name"]
-        if request.tool is not None:
-            self._known.add(name)
-        if request.tool is None or (self.allowed is not None and name not in self.allowed):
+        tool = request.tool
+        if tool is None or (self.allowed is not None and name not in self.allowed):
             self.events.emit("tool_rejected", self.name, tool=name, reason="unknown_tool")
             return observation(
                 request,
@@ -152,8 +157,9 @@ class ToolGuardMiddleware(AgentMiddleware[PhaseState, Any, Any]):
                     request,
                     f"Tool '{name}' is not allowed in phase '{phase}'. Allowed now: {allowed}.",
                 )
-        schema = request.tool.tool_call_schema
-        if self.validate_args and isinstance(schema, type) and issubclass(schema, BaseModel):
+        self._known.add(name)
+        schema = self._schema(tool) if self.validate_args else None
+        if schema is not None:
             try:
                 schema.model_validate(request.tool_call["args"])
             except ValidationError as exc:
@@ -166,6 +172,15 @@ class ToolGuardMiddleware(AgentMiddleware[PhaseState, Any, Any]):
                     f"Invalid arguments for {name}: {detail}. Fix these fields and call it again.",
                 )
         return None
+
+    def _schema(self, tool: BaseTool) -> type[BaseModel] | None:
+        cached = self._schemas.get(tool.name)
+        if cached is not None and cached[0] is tool:
+            return cached[1]
+        schema = tool.tool_call_schema
+        model = schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None
+        self._schemas[tool.name] = (tool, model)
+        return model
 
     # -- post_tool_call --------------------------------------------------------------------
     def process_result(self, request: ToolCallRequest, result: ToolResult) -> ToolResult:

@@ -56,7 +56,7 @@ def test_opens_only_after_minimum_calls_at_threshold() -> None:
     b, _ = backend()
     for _ in range(3):
         b.acquire("k")
-        assert b.record("k", failure=True) == []  # 3 calls < minimum 4
+        assert not b.record("k", failure=True)  # 3 calls < minimum 4
     b.acquire("k")
     (t,) = b.record("k", failure=False)  # 3/4 = 0.75 >= 0.5
     assert (t.from_state, t.to_state, t.failure_rate) == ("closed", "open", 0.75)
@@ -89,7 +89,7 @@ def test_half_open_admits_limited_probes_then_closes_or_reopens() -> None:
     p2, _ = b.acquire("k")
     p3, _ = b.acquire("k")
     assert p2.allowed and not p3.allowed  # two probes only
-    assert b.record("k", failure=False) == []
+    assert not b.record("k", failure=False)
     assert b.record("k", failure=False)[0].to_state == "closed"
     assert b.window("k") == (0, 0)
     # and a failed probe reopens

@@ -235,3 +235,53 @@ def test_output_guard_redacts_blocks_and_reloads(tmp_path: Path, run: Any) -> No
         OutputGuardMiddleware(rules_path=path)
     with pytest.raises(ValueError, match="invalid regex"):
         GuardRule(name="bad", pattern="(")
+
+
+def test_output_guard_answer_never_reaches_state_unredacted(run: Any) -> None:
+    """The guard runs inside the model call: no node update or checkpoint holds the raw
+    answer, and the agent graph has no extra node for it."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    rules = GuardRuleSet(rules=(GuardRule(name="key", pattern=r"sk-[a-z0-9]{8}"),))
+    guard = OutputGuardMiddleware(rules=rules)
+    saver = InMemorySaver()
+    agent = create_agent(
+        ScriptedChatModel(policy=lambda m: "use sk-abcd1234 to log in"),
+        [],
+        middleware=[guard],
+        checkpointer=saver,
+    )
+    assert not any("after_agent" in n for n in agent.get_graph().nodes)
+    cfg: Any = {"configurable": {"thread_id": "t"}}
+    updates = list(agent.stream({"messages": [HumanMessage("x")]}, cfg, stream_mode="updates"))
+    assert "sk-abcd1234" not in repr(updates)
+    assert "use [redacted] to log in" in repr(updates)
+    for snapshot in agent.get_state_history(cfg):
+        assert "sk-abcd1234" not in repr(snapshot.values)
+    out = run(agent, {"messages": [HumanMessage("again")]}, cfg)
+    assert out["messages"][-1].content == "use [redacted] to log in"
+
+
+def test_output_guard_checks_return_direct_results_only(run: Any, call: Any) -> None:
+    @tool(return_direct=True)
+    def lookup_key(user: str) -> str:
+        """Return the user's key (the tool's output is the final answer)."""
+        return f"{user}: sk-abcd1234"
+
+    @tool
+    def echo_key(user: str) -> str:
+        """A normal tool: its output goes back to the model, not to the user."""
+        return f"{user}: sk-abcd1234"
+
+    rules = GuardRuleSet(rules=(GuardRule(name="key", pattern=r"sk-[a-z0-9]{8}"),))
+    events = EventLog()
+    script = [call("echo_key", {"user": "a"}, "1"), call("lookup_key", {"user": "b"}, "2")]
+    agent = create_agent(
+        ScriptedChatModel(script=script),
+        [lookup_key, echo_key],
+        middleware=[OutputGuardMiddleware(rules=rules, events=events)],
+    )
+    out = run(agent, {"messages": [HumanMessage("x")]})
+    tools = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [t.content for t in tools] == ["a: sk-abcd1234", "b: [redacted]"]
+    assert [e.kind for e in events.events] == ["guard_redacted"]

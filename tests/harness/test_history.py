@@ -1,0 +1,103 @@
+"""The incremental history fold shared by the reflect controls: it must always equal a
+fold from scratch, whatever the callers do to their lists."""
+
+from __future__ import annotations
+
+import random
+import threading
+from functools import reduce
+from typing import Any
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from evoharness.harness._fold import MessageFold
+from evoharness.harness._history import HistoryStats, call_key, history_stats, reply_tokens
+
+
+def reply(i: int, name: str = "search", **args: Any) -> AIMessage:
+    return AIMessage(
+        content="",
+        tool_calls=[{"name": name, "args": args or {"q": i}, "id": f"c{i}", "type": "tool_call"}],
+        usage_metadata={"input_tokens": i, "output_tokens": 1, "total_tokens": i + 1},
+    )
+
+
+def scratch(messages: list[Any]) -> HistoryStats:
+    return reduce(HistoryStats.add, messages, HistoryStats.empty())
+
+
+def session(n: int, seed: int) -> list[Any]:
+    out: list[Any] = [HumanMessage(f"task {seed}")]
+    rng = random.Random(seed)
+    for i in range(n):
+        name = rng.choice(["search", "price"])
+        out.append(reply(i, name, q=rng.randint(0, 3)))
+        out.append(ToolMessage("ok", tool_call_id=f"c{i}"))
+    return out
+
+
+def test_growth_rewrites_and_one_off_extensions_match_a_fresh_fold() -> None:
+    fold = MessageFold(HistoryStats.add, HistoryStats.empty)
+    full = session(30, 1)
+    steps = 0
+    for k in range(1, len(full) + 1):
+        prefix = full[:k]  # a new list each round, as LangGraph's reducer makes
+        assert fold(prefix) == scratch(prefix)
+        extra = [*prefix, reply(100 + k)]  # the drift check's one-off "history + reply"
+        assert fold(extra) == scratch(extra)
+        assert fold(prefix) == scratch(prefix)  # the history itself is still cached
+        steps += 1
+    rewritten = [full[0], AIMessage("summary"), *full[-4:]]  # compaction rewrote it
+    assert fold(rewritten) == scratch(rewritten)
+    trimmed = full[:5]
+    assert fold(trimmed) == scratch(trimmed)
+    assert fold([]) == HistoryStats.empty()
+    assert steps == len(full)
+
+
+def test_interleaved_sessions_and_threads_keep_separate_entries() -> None:
+    fold = MessageFold(HistoryStats.add, HistoryStats.empty, max_histories=4)
+    sessions = [session(12, s) for s in range(6)]  # more sessions than entries: evictions
+    for k in range(1, 26):
+        for s in sessions:
+            assert fold(s[:k]) == scratch(s[:k])
+    errors: list[str] = []
+
+    def worker(seed: int) -> None:
+        s = session(20, seed)
+        for k in range(1, len(s) + 1):
+            if fold(s[:k]) != scratch(s[:k]):
+                errors.append(f"{seed}:{k}")
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(10, 16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(fold._cache) <= 4
+
+
+def test_stats_count_calls_streaks_and_tokens() -> None:
+    msgs = [
+        HumanMessage("x"),
+        reply(1, "a", q=1),
+        reply(2, "a", q=1),
+        AIMessage("thinking", usage_metadata=None),
+        reply(3, "b", q=2),
+    ]
+    stats = history_stats(msgs)
+    assert stats.counts[call_key({"name": "a", "args": {"q": 1}, "id": "x"})] == 2
+    assert (stats.last_name, stats.streak, stats.model_calls) == ("b", 1, 4)
+    assert stats.tokens == 2 + 3 + reply_tokens(msgs[3]) + 4
+    assert reply_tokens(msgs[3]) > 0  # no reported usage: approximated, never zero
+
+
+def test_call_key_ignores_argument_order_and_handles_nested_arguments() -> None:
+    a = call_key({"name": "t", "args": {"x": 1, "y": "z"}, "id": "1"})
+    b = call_key({"name": "t", "args": {"y": "z", "x": 1}, "id": "2"})
+    assert a == b and hash(a) == hash(b)
+    nested = call_key({"name": "t", "args": {"f": {"b": [1, 2], "a": None}}, "id": "3"})
+    assert nested == call_key({"name": "t", "args": {"f": {"a": None, "b": [1, 2]}}, "id": "4"})
+    assert nested != call_key({"name": "t", "args": {"f": {"a": None, "b": [2, 1]}}, "id": "5"})
+    assert a != call_key({"name": "u", "args": {"x": 1, "y": "z"}, "id": "6"})

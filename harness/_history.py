@@ -43,7 +43,22 @@ def reply_tokens(message: object) -> int:
 
 
 class HistoryStats(NamedTuple):
-    """What the reflect controls need to know about a history; foldable."""
+    """How far a session has got: model replies and the tokens they cost; foldable."""
+
+    model_calls: int = 0
+    """Model replies in the history (the index of the next model call)."""
+    tokens: int = 0
+    """Tokens spent by the replies (see :func:`reply_tokens`)."""
+
+    def add(self, message: object) -> HistoryStats:
+        """The stats after ``message`` (a new value; ``self`` is unchanged)."""
+        if not isinstance(message, AIMessage):
+            return self
+        return HistoryStats(self.model_calls + 1, self.tokens + reply_tokens(message))
+
+
+class CallStats(NamedTuple):
+    """Tool-call statistics of a history (what loop detection needs); foldable."""
 
     counts: dict[CallKey, int]
     """Tool calls seen, per (tool, arguments)."""
@@ -51,34 +66,29 @@ class HistoryStats(NamedTuple):
     """The newest tool called."""
     streak: int = 0
     """Consecutive calls of ``last_name``."""
-    model_calls: int = 0
-    """Model replies in the history (the index of the next model call)."""
     last_keys: tuple[CallKey, ...] = ()
     """Keys of the newest reply's tool calls (so they are computed only once)."""
-    tokens: int = 0
-    """Tokens spent by the replies (see :func:`reply_tokens`)."""
 
     @staticmethod
-    def empty() -> HistoryStats:
+    def empty() -> CallStats:
         """The statistics of an empty history."""
-        return HistoryStats({})
+        return CallStats({})
 
-    def add(self, message: object) -> HistoryStats:
+    def add(self, message: object) -> CallStats:
         """The stats after ``message`` (a new value; ``self`` is unchanged)."""
         if not isinstance(message, AIMessage):
             return self
         calls = message.tool_calls
-        tokens = self.tokens + reply_tokens(message)
         if not calls:
-            return self._replace(model_calls=self.model_calls + 1, last_keys=(), tokens=tokens)
+            return self._replace(last_keys=()) if self.last_keys else self
         counts, last, streak = self.counts.copy(), self.last_name, self.streak
         keys = tuple(call_key(c) for c in calls)
         for key in keys:
             counts[key] = counts.get(key, 0) + 1
             streak = streak + 1 if key[0] == last else 1
             last = key[0]
-        return HistoryStats(counts, last, streak, self.model_calls + 1, keys, tokens)
+        return CallStats(counts, last, streak, keys)
 
 
-history_stats: MessageFold[HistoryStats] = MessageFold(HistoryStats.add, HistoryStats.empty)
+history_stats: MessageFold[HistoryStats] = MessageFold(HistoryStats.add, HistoryStats)
 """``history_stats(messages)``: the :class:`HistoryStats` of ``messages``, incrementally."""

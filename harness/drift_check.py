@@ -1,24 +1,22 @@
-"""Drift check (post_reflect): is the agent still working on what the user asked?"""
+"""Drift check (post_reflect): is the agent still working on what the user asked?
+
+A verdict is kept on the reply it judged (``response_metadata["evoharness_drift"]``), not
+in a state channel: the next call reads its note from there, a resumed checkpoint has it,
+and the graph carries no extra channel (each one costs every step).
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, NotRequired, TypedDict, cast
+from typing import Any, Literal, TypedDict, cast
 
-from langchain.agents.middleware import (
-    AgentMiddleware,
-    AgentState,
-    ExtendedModelResponse,
-    ModelRequest,
-    ModelResponse,
-)
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
-from langgraph.types import Command
 
 from evoharness.harness._history import history_stats
-from evoharness.harness._messages import text_of, with_note
+from evoharness.harness._messages import last_ai, text_of, with_note
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
 from evoharness.harness.text import content_words
@@ -30,17 +28,18 @@ CHECKER_PROMPT = (
 )
 
 
-class DriftGuardState(TypedDict, total=False):
+DRIFT_KEY = "evoharness_drift"
+"""Where a verdict is kept in the judged reply's ``response_metadata``."""
+
+
+class DriftVerdict(TypedDict):
+    """The drift check's verdict on a suspicious round."""
+
+    verdict: Verdict
+    overlap: float
     severe_streak: int
-    hint_for: int
-    hint: str
     force: bool
-
-
-class DriftState(AgentState[Any]):
-    """State extension: the drift checker's bookkeeping."""
-
-    drift_guard: NotRequired[DriftGuardState]
+    hint: str
 
 
 def _model_calls(messages: Sequence[AnyMessage]) -> int:
@@ -69,7 +68,7 @@ def parse_verdict(text: str) -> Verdict | None:
     return None
 
 
-class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
+class DriftCheckMiddleware(AgentMiddleware[Any, Any, Any]):
     """Every ``every`` rounds, compare recent actions with the request.
 
     A cheap rule first: the share of the request's content words that appear in the last
@@ -79,8 +78,6 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
     ``severe_limit`` consecutive severe verdicts force the terminal step: the next call gets
     ``tool_choice`` set to ``terminal_tool``.
     """
-
-    state_schema = DriftState
 
     def __init__(
         self,
@@ -128,14 +125,17 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
             HumanMessage(f"User request: {request}\nRecent actions:\n" + "\n".join(actions)),
         ]
 
+    @staticmethod
+    def _previous_streak(messages: Sequence[AnyMessage]) -> int:
+        for m in reversed(messages[:-1]):  # the newest is the reply being judged
+            if isinstance(m, AIMessage) and DRIFT_KEY in m.response_metadata:
+                return int(m.response_metadata[DRIFT_KEY].get("severe_streak", 0))
+        return 0
+
     def _decide(
-        self,
-        messages: Sequence[AnyMessage],
-        guard: DriftGuardState,
-        verdict: Verdict,
-        score: float,
-    ) -> DriftGuardState:
-        streak = guard.get("severe_streak", 0) + 1 if verdict == "severe" else 0
+        self, messages: Sequence[AnyMessage], verdict: Verdict, score: float
+    ) -> DriftVerdict:
+        streak = self._previous_streak(messages) + 1 if verdict == "severe" else 0
         force = streak >= self.severe_limit and self.terminal_tool is not None
         self.events.emit(
             "drift_" + verdict,
@@ -144,43 +144,32 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
             severe_streak=streak,
             forced=force,
         )
-        hint = (
-            "You are drifting from the user's request. Re-read it and work only on it."
-            if not force
-            else f"You have drifted repeatedly. Call {self.terminal_tool} now with what you have."
-        )
+        if force:
+            hint = f"You have drifted repeatedly. Call {self.terminal_tool} now with what you have."
+        elif verdict == "normal":
+            hint = ""  # the checker found the agent on track: no note, the streak resets
+        else:
+            hint = "You are drifting from the user's request. Re-read it and work only on it."
         return {
+            "verdict": verdict,
+            "overlap": round(score, 3),
             "severe_streak": streak,
             "force": force,
             "hint": hint,
-            "hint_for": _model_calls(messages),
         }
 
-    def _history(
-        self, request: ModelRequest[Any], response: ModelResponse[Any]
-    ) -> DriftState | None:
-        """The state after this reply, or ``None`` when this round is not checked."""
-        history = request.state["messages"]
-        if (_model_calls(history) + 1) % self.every:
-            return None  # cheap exit: most rounds are not checked
-        messages = cast(list[AnyMessage], [*history, *response.result])
-        guard = cast(DriftGuardState, request.state.get("drift_guard") or {})
-        return {"messages": messages, "drift_guard": guard}
+    def _verdict(self, reply: Any) -> Verdict:
+        if self.checker is None:
+            return "light"
+        verdict = parse_verdict(text_of(reply)) if isinstance(reply, AIMessage) else None
+        if verdict is None:
+            self.events.emit("drift_checker_unparsable", self.name)
+        return verdict or "light"
 
-    @staticmethod
-    def _extend(response: ModelResponse[Any], guard: DriftGuardState) -> ExtendedModelResponse[Any]:
-        return ExtendedModelResponse(
-            model_response=response, command=Command(update={"drift_guard": guard})
-        )
-
-    def _conclude(self, state: DriftState, score: float, reply: Any) -> dict[str, Any]:
-        verdict = self._verdict(reply) if self.checker is not None else "light"
-        guard: DriftGuardState = state.get("drift_guard") or {}
-        return {"drift_guard": self._decide(state["messages"], guard, verdict or "light", score)}
-
-    def reflect(self, state: DriftState) -> dict[str, Any] | None:
-        """The post_reflect decision on ``state`` (sync; asks the checker when suspicious)."""
-        found = self._suspicion(state["messages"])
+    def reflect(self, messages: Sequence[AnyMessage]) -> DriftVerdict | None:
+        """The post_reflect decision on a history ending with a fresh reply (sync; asks the
+        checker when the round is suspicious); ``None`` when not checked or on track."""
+        found = self._suspicion(messages)
         if found is None:
             return None
         request, actions, score = found
@@ -189,11 +178,11 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
             if self.checker is not None
             else None
         )
-        return self._conclude(state, score, reply)
+        return self._decide(messages, self._verdict(reply), score)
 
-    async def areflect(self, state: DriftState) -> dict[str, Any] | None:
+    async def areflect(self, messages: Sequence[AnyMessage]) -> DriftVerdict | None:
         """Async twin of :meth:`reflect`."""
-        found = self._suspicion(state["messages"])
+        found = self._suspicion(messages)
         if found is None:
             return None
         request, actions, score = found
@@ -202,20 +191,36 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
             if self.checker is not None
             else None
         )
-        return self._conclude(state, score, reply)
+        return self._decide(messages, self._verdict(reply), score)
 
-    def _verdict(self, reply: Any) -> Verdict | None:
-        verdict = parse_verdict(text_of(reply)) if isinstance(reply, AIMessage) else None
+    def _judged(
+        self, request: ModelRequest[Any], response: ModelResponse[Any]
+    ) -> list[AnyMessage] | None:
+        """History plus the fresh reply when this round is checked, else ``None``."""
+        history = request.state["messages"]
+        if (_model_calls(history) + 1) % self.every:
+            return None  # cheap exit: most rounds are not checked
+        last = response.result[-1] if response.result else None
+        return [*history, last] if isinstance(last, AIMessage) else None
+
+    @staticmethod
+    def _annotate(response: ModelResponse[Any], verdict: DriftVerdict | None) -> ModelResponse[Any]:
         if verdict is None:
-            self.events.emit("drift_checker_unparsable", self.name)
-        return verdict
+            return response
+        reply = response.result[-1]
+        meta = {**reply.response_metadata, DRIFT_KEY: dict(verdict)}
+        return ModelResponse(
+            result=[*response.result[:-1], reply.model_copy(update={"response_metadata": meta})],
+            structured_response=response.structured_response,
+        )
 
     def _prepare(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
-        guard = cast(DriftGuardState, request.state.get("drift_guard") or {})
-        if "hint_for" not in guard or guard["hint_for"] != _model_calls(request.state["messages"]):
+        newest = last_ai(request.state["messages"])
+        verdict = newest.response_metadata.get(DRIFT_KEY) if newest is not None else None
+        if not verdict or not verdict.get("hint"):
             return request
-        request = with_note(request, [guard.get("hint", "")])
-        if guard.get("force") and self.terminal_tool:
+        request = with_note(request, [verdict["hint"]])
+        if verdict.get("force") and self.terminal_tool:
             request = request.override(
                 tool_choice={"type": "function", "function": {"name": self.terminal_tool}}
             )
@@ -227,18 +232,18 @@ class DriftCheckMiddleware(AgentMiddleware[DriftState, Any, Any]):
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+    ) -> ModelResponse[Any]:
         response = handler(self._prepare(request))
-        state = self._history(request, response)
-        update = None if state is None else self.reflect(state)
-        return response if update is None else self._extend(response, update["drift_guard"])
+        judged = self._judged(request, response)
+        return response if judged is None else self._annotate(response, self.reflect(judged))
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+    ) -> ModelResponse[Any]:
         response = await handler(self._prepare(request))
-        state = self._history(request, response)
-        update = None if state is None else await self.areflect(state)
-        return response if update is None else self._extend(response, update["drift_guard"])
+        judged = self._judged(request, response)
+        if judged is None:
+            return response
+        return self._annotate(response, await self.areflect(judged))

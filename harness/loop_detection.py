@@ -1,36 +1,24 @@
-"""Loop detection (post_reflect) with a next-round hint (pre_think) and escalation."""
+"""Loop detection (post_reflect) with a next-round hint (pre_think) and escalation.
+
+The detector keeps no state of its own: whether the newest reply closed a loop, and how
+many warnings were given, are read off the message history (an incremental fold), so a
+resumed checkpoint continues exactly where the run stopped and the graph carries no
+extra state channel (each one costs every step; see ``evoharness bench overhead``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NotRequired, TypedDict, cast
+from typing import Any, NamedTuple
 
-from langchain.agents.middleware import (
-    AgentMiddleware,
-    AgentState,
-    ExtendedModelResponse,
-    ModelRequest,
-    ModelResponse,
-)
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, AnyMessage
-from langgraph.types import Command
 
-from evoharness.harness._history import HistoryStats, history_stats
+from evoharness.harness._fold import MessageFold
+from evoharness.harness._history import CallStats
 from evoharness.harness._messages import last_ai, with_note
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
-
-
-class LoopGuardState(TypedDict, total=False):
-    warnings: int
-    hint_for: int
-    hint: str
-
-
-class LoopState(AgentState[Any]):
-    """State extension: the loop detector's bookkeeping."""
-
-    loop_guard: NotRequired[LoopGuardState]
 
 
 def detect_loop(messages: Sequence[AnyMessage], *, same_call: int, same_tool: int) -> str | None:
@@ -67,7 +55,22 @@ def detect_loop(messages: Sequence[AnyMessage], *, same_call: int, same_tool: in
     return None
 
 
-class LoopDetectionMiddleware(AgentMiddleware[LoopState, Any, Any]):
+class LoopTrack(NamedTuple):
+    """The detector's view of a history: call statistics and the loops found in it."""
+
+    calls: CallStats
+    detections: int = 0
+    """Replies that closed a loop (each one was answered with a hint)."""
+    newest: str | None = None
+    """The loop the newest reply closed, if it did (the next call gets a hint)."""
+
+    @staticmethod
+    def empty() -> LoopTrack:
+        """The track of an empty history."""
+        return LoopTrack(CallStats.empty())
+
+
+class LoopDetectionMiddleware(AgentMiddleware[Any, Any, Any]):
     """Stop agents that repeat themselves.
 
     Right after each model reply (post_reflect, run inside the model call so it adds no
@@ -82,8 +85,6 @@ class LoopDetectionMiddleware(AgentMiddleware[LoopState, Any, Any]):
         escalate_after: Hints before the run is ended.
         events: Receives ``loop_hint`` and ``loop_stopped``.
     """
-
-    state_schema = LoopState
 
     def __init__(
         self,
@@ -100,59 +101,16 @@ class LoopDetectionMiddleware(AgentMiddleware[LoopState, Any, Any]):
         self.same_tool = same_tool
         self.escalate_after = escalate_after
         self.events = events or EventLog()
+        self._track = MessageFold(self._step, LoopTrack.empty)
 
-    def reflect(
-        self, history: Sequence[AnyMessage], reply: AIMessage, guard: LoopGuardState
-    ) -> tuple[AIMessage, LoopGuardState] | None:
-        """The post_reflect decision on a fresh ``reply``: ``None``, or (reply, new guard).
+    def _step(self, track: LoopTrack, message: object) -> LoopTrack:
+        if not isinstance(message, AIMessage):
+            return track
+        calls = track.calls.add(message)
+        found = self._found(calls, message)
+        return LoopTrack(calls, track.detections + (found is not None), found)
 
-        The returned reply is unchanged with a hint for the next call, or stripped of its
-        tool calls (which ends the run) once the hints are used up.
-        """
-        stats = history_stats(history).add(reply)  # incremental: O(new messages) per round
-        found = self._found(stats, reply)
-        if found is None:
-            return None
-        warnings = guard.get("warnings", 0) + 1
-        if warnings > self.escalate_after:
-            self.events.emit("loop_stopped", self.name, detail=found, warnings=warnings - 1)
-            stopped = AIMessage(
-                id=reply.id,
-                content=f"Stopping: the agent {found} despite {warnings - 1} warning(s). "
-                "Ending the run with what it has.",
-                usage_metadata=reply.usage_metadata,
-                response_metadata=reply.response_metadata,
-            )
-            return stopped, {**guard, "warnings": warnings}
-        self.events.emit("loop_hint", self.name, detail=found, warnings=warnings)
-        hint = (
-            f"You have {found}. This is not working: change approach (another tool, "
-            "platform or arguments), or finish with what you have."
-        )
-        return reply, {"warnings": warnings, "hint_for": stats.model_calls, "hint": hint}
-
-    def _after(
-        self, request: ModelRequest[Any], response: ModelResponse[Any]
-    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
-        # post_reflect runs inside the model call: a separate after_model graph node would
-        # cost a LangGraph step on every round (see `evoharness bench overhead`).
-        replies = [m for m in response.result if isinstance(m, AIMessage)]
-        if not replies:
-            return response
-        guard = cast(LoopGuardState, request.state.get("loop_guard") or {})
-        decided = self.reflect(request.state["messages"], replies[-1], guard)
-        if decided is None:
-            return response
-        reply, new_guard = decided
-        result = [reply if m is replies[-1] else m for m in response.result]
-        return ExtendedModelResponse(
-            model_response=ModelResponse(
-                result=result, structured_response=response.structured_response
-            ),
-            command=Command(update={"loop_guard": new_guard}),
-        )
-
-    def _found(self, stats: HistoryStats, reply: AIMessage) -> str | None:
+    def _found(self, stats: CallStats, reply: AIMessage) -> str | None:
         """Same verdict as :func:`detect_loop`, from folded statistics."""
         for key in stats.last_keys:
             times = stats.counts[key]
@@ -162,25 +120,65 @@ class LoopDetectionMiddleware(AgentMiddleware[LoopState, Any, Any]):
             return f"called {stats.last_name} {stats.streak} times in a row"
         return None
 
+    @staticmethod
+    def hint(found: str) -> str:
+        """The note the model gets after a loop was found."""
+        return (
+            f"You have {found}. This is not working: change approach (another tool, "
+            "platform or arguments), or finish with what you have."
+        )
+
+    def reflect(self, history: Sequence[AnyMessage], reply: AIMessage) -> AIMessage:
+        """The post_reflect decision on a fresh ``reply`` to ``history``.
+
+        Returns ``reply`` itself (the next call then gets a hint if it closed a loop), or,
+        once the hints are used up, a replacement without tool calls, which ends the run.
+        """
+        track = self._track(history)
+        found = self._found(track.calls.add(reply), reply)
+        if found is None:
+            return reply
+        warnings = track.detections + 1
+        if warnings <= self.escalate_after:
+            self.events.emit("loop_hint", self.name, detail=found, warnings=warnings)
+            return reply
+        self.events.emit("loop_stopped", self.name, detail=found, warnings=warnings - 1)
+        return AIMessage(
+            id=reply.id,
+            content=f"Stopping: the agent {found} despite {warnings - 1} warning(s). "
+            "Ending the run with what it has.",
+            usage_metadata=reply.usage_metadata,
+            response_metadata=reply.response_metadata,
+        )
+
+    def _after(
+        self, request: ModelRequest[Any], response: ModelResponse[Any]
+    ) -> ModelResponse[Any]:
+        result = response.result
+        last = result[-1] if result else None
+        if not isinstance(last, AIMessage):
+            return response
+        reply = self.reflect(request.state["messages"], last)
+        if reply is last:
+            return response
+        return ModelResponse(
+            result=[*result[:-1], reply], structured_response=response.structured_response
+        )
+
     def _hinted(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
-        guard = cast(LoopGuardState, request.state.get("loop_guard") or {})
-        if (
-            guard.get("hint")
-            and guard.get("hint_for") == history_stats(request.state["messages"]).model_calls
-        ):
-            return with_note(request, [guard["hint"]])
-        return request
+        newest = self._track(request.state["messages"]).newest
+        return request if newest is None else with_note(request, [self.hint(newest)])
 
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+    ) -> ModelResponse[Any]:
         return self._after(request, handler(self._hinted(request)))
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+    ) -> ModelResponse[Any]:
         return self._after(request, await handler(self._hinted(request)))

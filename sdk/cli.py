@@ -203,7 +203,7 @@ def run(
 @bench_app.command("overhead")
 def bench_overhead(
     rounds: Annotated[int, typer.Option(min=1)] = 50,
-    reps: Annotated[int, typer.Option(min=1)] = 30,
+    reps: Annotated[int, typer.Option(min=1)] = 40,
 ) -> None:
     """Bare create_agent vs. the full harness on a scripted tool loop."""
     from evoharness.sdk.benchmarks import overhead
@@ -236,7 +236,7 @@ def bench_context(
 @bench_app.command("all")
 def bench_all() -> None:
     """Every benchmark, one after another."""
-    bench_overhead(rounds=50, reps=30)
+    bench_overhead(rounds=50, reps=40)
     bench_tracing(observations=10_000, outage_s=30.0)
     bench_context(rounds=200, budget=30_000)
     judge = getattr(sys.modules.get("evoharness.evolve.cli"), "bench_judge", None)

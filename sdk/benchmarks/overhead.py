@@ -1,14 +1,19 @@
 """``evoharness bench overhead``: bare ``create_agent`` vs. the full default harness.
 
 A 50-round tool loop driven by ``ScriptedChatModel`` (so the model costs ~nothing and the
-harness's own cost is what remains), both agents run interleaved, medians compared. Also
-measures the breaker decision (acquire + record) in-process and, when a Redis answers,
-against Redis (two round trips per tool call).
+harness's own cost is what remains), both agents run interleaved, medians compared, with a
+bootstrap 95% interval for the ratio. Garbage is collected before every timed run (outside
+the timing) so a collection of earlier runs' garbage does not land on whichever agent runs
+next; collections caused by a run's own allocations still count. Also measures the breaker
+decision (acquire + record) in-process and, when a Redis answers, against Redis (two round
+trips per tool call).
 """
 
 from __future__ import annotations
 
+import gc
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -71,6 +76,7 @@ class _PassThrough(AgentMiddleware[Any, Any, Any]):
 
 def _time(fn: Callable[[], Any]) -> tuple[float, float]:
     """(wall seconds, process CPU seconds) of one call; CPU time is steadier when shared."""
+    gc.collect()
     wall, cpu = time.perf_counter(), time.process_time()
     fn()
     return time.perf_counter() - wall, time.process_time() - cpu
@@ -87,7 +93,25 @@ def breaker_cost_us(backend: Any, n: int) -> float:
     return statistics.median(samples)
 
 
-def run(rounds: int = 50, reps: int = 30, echo: Callable[[str], None] = print) -> float:
+def ratio_interval(
+    bare: list[float], harnessed: list[float], *, draws: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """Bootstrap 95% interval of ``median(harnessed) / median(bare)`` (reps resampled in
+    pairs, since they ran interleaved)."""
+    rng = random.Random(seed)
+    n = len(bare)
+    ratios = []
+    for _ in range(draws):
+        picks = [rng.randrange(n) for _ in range(n)]
+        ratios.append(
+            statistics.median(harnessed[i] for i in picks)
+            / statistics.median(bare[i] for i in picks)
+        )
+    ratios.sort()
+    return ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1]
+
+
+def run(rounds: int = 50, reps: int = 40, echo: Callable[[str], None] = print) -> float:
     """Run the benchmark, print the report, and return the overhead ratio."""
     tools = _tools()
     model = ScriptedChatModel(policy=loop_policy(rounds))
@@ -115,10 +139,18 @@ def run(rounds: int = 50, reps: int = 30, echo: Callable[[str], None] = print) -
     echo(f"rounds={rounds} reps={reps}")
     echo(f"bare      median {b * 1e3:8.2f} ms  ({b / rounds * 1e6:7.1f} us/round)")
     echo(f"harnessed median {h * 1e3:8.2f} ms  ({h / rounds * 1e6:7.1f} us/round)")
+    low, high = ratio_interval([w for w, _ in bare_t], [w for w, _ in harn_t])
+    per_round = (h - b) / rounds
     echo(
-        f"harness cost per round: {(h - b) / rounds * 1e6:.1f} us wall; "
-        f"CPU-time ratio {h_cpu / b_cpu:.3f}"
+        f"harness cost per round: {per_round * 1e6:.1f} us wall; "
+        f"CPU-time ratio {h_cpu / b_cpu:.3f}; ratio 95% interval [{low:.3f}, {high:.3f}]"
     )
+    for latency_ms in (20, 500):  # computed, not run: the same cost next to a real model
+        bare_round = b / rounds + latency_ms / 1e3
+        echo(
+            f"  (computed) with a model answering in {latency_ms} ms the same cost is a ratio "
+            f"of {(bare_round + per_round) / bare_round:.4f}"
+        )
     echo(
         f"floor (one pass-through wrap middleware): ratio {f / b:.3f}, "
         f"{(f - b) / rounds * 1e6:.1f} us per round"

@@ -147,6 +147,40 @@ def test_loop_hint_then_stop(run: Any, call: Any) -> None:
     assert not any("change approach" in str(m.content) for m in out["messages"])
 
 
+def test_loop_detection_resumes_from_a_checkpoint_after_a_crash(call: Any) -> None:
+    """The detector keeps no state of its own: after a crash mid-session the resumed run
+    gives the remaining hint and stops at the same point as an uninterrupted run."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    events = EventLog()
+    crashed: list[int] = []
+
+    def policy(messages: list[Any]) -> AIMessage:
+        n = sum(isinstance(m, AIMessage) for m in messages)
+        if n == 3 and not crashed:  # the provider dies on the 4th call, once
+            crashed.append(n)
+            raise RuntimeError("provider crashed")
+        return call("search", {"platform": "a"}, f"c{n}")
+
+    model = ScriptedChatModel(policy=policy)
+    agent = create_agent(
+        model,
+        [search],
+        middleware=[LoopDetectionMiddleware(same_call=3, escalate_after=2, events=events)],
+        checkpointer=InMemorySaver(),
+    )
+    cfg: Any = {"configurable": {"thread_id": "loop-crash"}}
+    with pytest.raises(RuntimeError, match="provider crashed"):
+        agent.invoke({"messages": [HumanMessage("x")]}, cfg)
+    assert [e.kind for e in events.events] == ["loop_hint"]
+    out = agent.invoke(None, cfg)  # resume from the last checkpoint
+    assert [e.kind for e in events.events] == ["loop_hint", "loop_hint", "loop_stopped"]
+    assert [e.data["warnings"] for e in events.events] == [1, 2, 2]
+    assert out["messages"][-1].content.startswith("Stopping: the agent called search")
+    assert sum(isinstance(m, AIMessage) for m in out["messages"]) == 5
+    assert set(out) == {"messages"}  # no bookkeeping channel in the state
+
+
 # -- token budget ----------------------------------------------------------------------------
 def test_budget_tiers_and_hints(run: Any, call: Any) -> None:
     events = EventLog()
@@ -195,6 +229,41 @@ def test_severe_drift_forces_terminal_tool(run: Any, call: Any) -> None:
     assert "Call finish now" in str(model.calls[2][-1].content)
 
 
+def test_drift_verdicts_live_on_the_judged_reply_and_normal_resets_the_streak(
+    run: Any, call: Any
+) -> None:
+    events = EventLog()
+    verdicts = iter(["severe", "normal", "severe", "severe"])
+    checker = ScriptedChatModel(policy=lambda msgs: next(verdicts, "normal"))
+    script = [call("search", {"platform": f"weather{i}"}, f"c{i}") for i in range(4)] + ["x"]
+    model = ScriptedChatModel(script=script)
+    agent = create_agent(
+        model,
+        [search, finish],
+        middleware=[
+            DriftCheckMiddleware(
+                every=1,
+                min_overlap=0.5,
+                checker=checker,
+                severe_limit=2,
+                terminal_tool="finish",
+                events=events,
+            )
+        ],
+    )
+    out = run(agent, {"messages": [HumanMessage("buy a kettle under budget")]})
+    assert [e.data["severe_streak"] for e in events.events] == [1, 0, 1, 2, 0]
+    assert [e.data["forced"] for e in events.events] == [False, False, False, True, False]
+    replies = [m for m in out["messages"] if isinstance(m, AIMessage)]
+    kept = [m.response_metadata.get("evoharness_drift", {}).get("verdict") for m in replies]
+    assert kept == ["severe", "normal", "severe", "severe", "normal"]
+    notes = [str(c[-1].content) if isinstance(c[-1], SystemMessage) else "" for c in model.calls]
+    assert "drifting" in notes[1] and notes[2] == "" and "drifting" in notes[3]
+    assert "Call finish now" in notes[4]
+    assert not any("drifting" in str(m.content) for m in out["messages"])  # never in history
+    assert set(out) == {"messages"}
+
+
 def test_unparsable_checker_counts_as_light(call: Any) -> None:
     events = EventLog()
     mw = DriftCheckMiddleware(
@@ -203,8 +272,9 @@ def test_unparsable_checker_counts_as_light(call: Any) -> None:
     state: Any = {
         "messages": [HumanMessage("buy a kettle"), call("search", {"platform": "weather"}, "c1")]
     }
-    update = mw.reflect(state)
-    assert update is not None and update["drift_guard"]["hint"].startswith("You are drifting")
+    verdict = mw.reflect(state["messages"])
+    assert verdict is not None and verdict["hint"].startswith("You are drifting")
+    assert verdict["verdict"] == "light"
     assert [e.kind for e in events.events] == ["drift_checker_unparsable", "drift_light"]
 
 

@@ -11,7 +11,13 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from evoharness.harness._fold import MessageFold
-from evoharness.harness._history import HistoryStats, call_key, history_stats, reply_tokens
+from evoharness.harness._history import (
+    CallStats,
+    HistoryStats,
+    call_key,
+    history_stats,
+    reply_tokens,
+)
 
 
 def reply(i: int, name: str = "search", **args: Any) -> AIMessage:
@@ -22,8 +28,8 @@ def reply(i: int, name: str = "search", **args: Any) -> AIMessage:
     )
 
 
-def scratch(messages: list[Any]) -> HistoryStats:
-    return reduce(HistoryStats.add, messages, HistoryStats.empty())
+def scratch(messages: list[Any]) -> CallStats:
+    return reduce(CallStats.add, messages, CallStats.empty())
 
 
 def session(n: int, seed: int) -> list[Any]:
@@ -37,7 +43,7 @@ def session(n: int, seed: int) -> list[Any]:
 
 
 def test_growth_rewrites_and_one_off_extensions_match_a_fresh_fold() -> None:
-    fold = MessageFold(HistoryStats.add, HistoryStats.empty)
+    fold = MessageFold(CallStats.add, CallStats.empty)
     full = session(30, 1)
     steps = 0
     for k in range(1, len(full) + 1):
@@ -51,12 +57,12 @@ def test_growth_rewrites_and_one_off_extensions_match_a_fresh_fold() -> None:
     assert fold(rewritten) == scratch(rewritten)
     trimmed = full[:5]
     assert fold(trimmed) == scratch(trimmed)
-    assert fold([]) == HistoryStats.empty()
+    assert fold([]) == CallStats.empty()
     assert steps == len(full)
 
 
 def test_interleaved_sessions_and_threads_keep_separate_entries() -> None:
-    fold = MessageFold(HistoryStats.add, HistoryStats.empty, max_histories=4)
+    fold = MessageFold(CallStats.add, CallStats.empty, max_histories=4)
     sessions = [session(12, s) for s in range(6)]  # more sessions than entries: evictions
     for k in range(1, 26):
         for s in sessions:
@@ -86,11 +92,14 @@ def test_stats_count_calls_streaks_and_tokens() -> None:
         AIMessage("thinking", usage_metadata=None),
         reply(3, "b", q=2),
     ]
+    calls = scratch(msgs)
+    assert calls.counts[call_key({"name": "a", "args": {"q": 1}, "id": "x"})] == 2
+    assert (calls.last_name, calls.streak, len(calls.last_keys)) == ("b", 1, 1)
     stats = history_stats(msgs)
-    assert stats.counts[call_key({"name": "a", "args": {"q": 1}, "id": "x"})] == 2
-    assert (stats.last_name, stats.streak, stats.model_calls) == ("b", 1, 4)
+    assert stats.model_calls == 4
     assert stats.tokens == 2 + 3 + reply_tokens(msgs[3]) + 4
     assert reply_tokens(msgs[3]) > 0  # no reported usage: approximated, never zero
+    assert history_stats(msgs[:3]) == HistoryStats(2, 5)
 
 
 def test_call_key_ignores_argument_order_and_handles_nested_arguments() -> None:

@@ -18,6 +18,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Checkpointer
 
 from evoharness.harness import HooksMiddleware, events_of, session_scope
+from evoharness.harness.compose import ComposedMiddleware
 from evoharness.harness.tracing import ActiveRun, RunInfo, Tracer
 from evoharness.harness.tracing.recorder import first_human_text
 
@@ -151,14 +152,25 @@ def create_evo_agent(
 ) -> EvoAgent:
     """``langchain.agents.create_agent`` plus the SDK's run path.
 
-    With a ``tracer``, its middleware goes first (outermost, so its timings include the
-    harness) and the harness's event logs are recorded into each run's trace.
+    With a ``tracer``, its middleware goes first (outermost, so harness events nest under
+    its spans) and its probe last (innermost, so a generation holds exactly what the model
+    received and replied); the harness's event logs are recorded into each run's trace.
+    When the stack starts with a composed harness (``default_middleware``), both join that
+    composition instead of adding traced layers of their own to every call.
     """
     stack = list(middleware)
     if tracer is not None:
         for log in events_of(stack):
             tracer.watch(log)
-        stack.insert(0, tracer.middleware())
+        if stack and isinstance(stack[0], ComposedMiddleware):
+            first = stack[0]
+            layers = [tracer.middleware(), *first.children]
+            if len(stack) == 1:  # nothing after the harness: the probe can join it too
+                stack = [ComposedMiddleware([*layers, tracer.probe()], name=first.name)]
+            else:
+                stack = [ComposedMiddleware(layers, name=first.name), *stack[1:], tracer.probe()]
+        else:
+            stack = [tracer.middleware(), *stack, tracer.probe()]
     graph = create_agent(
         model,
         list(tools),

@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -214,6 +215,7 @@ class Tracer:
         response: ModelResponse[Any] | None,
         start: float,
         error: BaseException | None,
+        end: float | None = None,
     ) -> None:
         """Enqueue one model call (the messages exactly as the model saw them)."""
         seen: list[BaseMessage] = list(request.messages)
@@ -231,7 +233,7 @@ class Tracer:
             "type": "generation",
             "name": "model",
             "start_time": start,
-            "end_time": time.time(),
+            "end_time": end or time.time(),
             # raw messages: the writer thread converts them (the hot path only enqueues)
             "input": seen,
             "output": reply,
@@ -258,8 +260,69 @@ class Tracer:
         self.store.put_observation(record)
 
     def middleware(self) -> TracingMiddleware:
-        """The middleware that records model and tool calls of the active run."""
+        """The middleware that records model and tool calls of the active run.
+
+        Put it first (outermost) and :meth:`probe` last (innermost):
+        ``create_evo_agent(tracer=...)`` does both.
+        """
         return TracingMiddleware(self)
+
+    @staticmethod
+    def probe() -> ModelCallProbe:
+        """The innermost companion of :meth:`middleware` (see :class:`ModelCallProbe`)."""
+        return ModelCallProbe()
+
+
+class _Seen:
+    """What the innermost layer saw of one model call (filled in by the probe)."""
+
+    __slots__ = ("end", "request", "response", "start")
+
+    def __init__(self, request: ModelRequest[Any]) -> None:
+        self.request = request
+        self.response: ModelResponse[Any] | None = None
+        self.start: float | None = None
+        self.end: float | None = None
+
+
+_SEEN: ContextVar[_Seen | None] = ContextVar("evoharness_seen_model_call", default=None)
+
+
+class ModelCallProbe(AgentMiddleware[Any, Any, Any]):
+    """Innermost companion of :class:`TracingMiddleware`.
+
+    The tracing layer sits outside the harness (so events nest under its spans), where it
+    sees the request before the harness added its notes, references and context edits,
+    and the reply after the harness changed it. The probe, listed last, hands it the
+    request exactly as the model receives it, the model's own reply, and the model's own
+    timing. Without a tracing layer around it, it does nothing.
+    """
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        seen = _SEEN.get()
+        if seen is None:
+            return handler(request)
+        seen.request, seen.start = request, time.time()
+        seen.response = handler(request)
+        seen.end = time.time()
+        return seen.response
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        seen = _SEEN.get()
+        if seen is None:
+            return await handler(request)
+        seen.request, seen.start = request, time.time()
+        seen.response = await handler(request)
+        seen.end = time.time()
+        return seen.response
 
 
 class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
@@ -273,6 +336,23 @@ class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
         super().__init__()
         self.tracer = tracer
 
+    def _record(
+        self,
+        ctx: TraceContext,
+        seen: _Seen,
+        outer: ModelResponse[Any] | None,
+        start: float,
+        error: BaseException | None,
+    ) -> None:
+        self.tracer.record_generation(
+            ctx,
+            seen.request,
+            seen.response if seen.response is not None else outer,
+            seen.start or start,
+            error,
+            end=seen.end,
+        )
+
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
@@ -281,13 +361,16 @@ class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
         ctx = current_context()
         if ctx is None:
             return handler(request)
-        start = time.time()
+        start, seen = time.time(), _Seen(request)
+        token = _SEEN.set(seen)
         try:
             response = handler(request)
         except BaseException as exc:
-            self.tracer.record_generation(ctx, request, None, start, exc)
+            self._record(ctx, seen, None, start, exc)
             raise
-        self.tracer.record_generation(ctx, request, response, start, None)
+        finally:
+            _SEEN.reset(token)
+        self._record(ctx, seen, response, start, None)
         return response
 
     async def awrap_model_call(
@@ -298,13 +381,16 @@ class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
         ctx = current_context()
         if ctx is None:
             return await handler(request)
-        start = time.time()
+        start, seen = time.time(), _Seen(request)
+        token = _SEEN.set(seen)
         try:
             response = await handler(request)
         except BaseException as exc:
-            self.tracer.record_generation(ctx, request, None, start, exc)
+            self._record(ctx, seen, None, start, exc)
             raise
-        self.tracer.record_generation(ctx, request, response, start, None)
+        finally:
+            _SEEN.reset(token)
+        self._record(ctx, seen, response, start, None)
         return response
 
     def _tool_record(

@@ -251,6 +251,39 @@ def test_agent_run_is_traced(tmp_path: Path, mode: str) -> None:
     assert rejected.parent_id == unknown_tool.id and unknown_tool.level == "ERROR"
 
 
+@pytest.mark.parametrize("compose", [True, False])
+def test_generation_holds_what_the_model_received_and_replied(
+    tmp_path: Path, compose: bool
+) -> None:
+    """The tracing layer is outermost, but a generation records the innermost request
+    (with the harness's note) and the model's own reply (before the loop stop)."""
+    store = TraceStore(tmp_path / "t.db")
+    model = ScriptedChatModel(script=[call("lookup", {"item": "a"}, f"c{i}") for i in range(6)])
+    config = HarnessConfig(drift_every=None, loop_same_call=3, loop_escalate_after=1)
+    agent = create_evo_agent(
+        model,
+        [lookup],
+        system_prompt="You are a shop assistant.",
+        tracer=Tracer(store),
+        middleware=default_middleware(config, compose=compose),
+    )
+    agent.invoke({"messages": [HumanMessage("find a")]}, run=RunInfo(run_id=f"loop-{compose}"))
+    store.flush(5)
+    tid = trace_id_for(f"loop-{compose}")
+    gens = [o for o in store.observations(tid) if o.type == "generation"]
+    assert len(gens) == len(model.calls) == 4
+    for gen, sent in zip(gens, model.calls, strict=True):
+        assert [m["content"] for m in gen.input] == [m.content for m in sent]
+    hinted = gens[3].input[-1]
+    assert hinted["role"] == "system" and "change approach" in hinted["content"]
+    assert gens[0].input[0] == {"role": "system", "content": "You are a shop assistant."}
+    # the model looped again; the harness replaced that reply with a stop message
+    assert gens[3].output["tool_calls"][0]["name"] == "lookup"
+    trace = store.trace(tid)
+    assert trace is not None and str(trace.output).startswith("Stopping: the agent")
+    assert all(g.end_time is not None and g.end_time >= g.start_time for g in gens)
+
+
 def test_failed_run_is_recorded_with_error(tmp_path: Path) -> None:
     store = TraceStore(tmp_path / "t.db")
     agent = create_evo_agent(

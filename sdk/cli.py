@@ -204,11 +204,14 @@ def run(
 def bench_overhead(
     rounds: Annotated[int, typer.Option(min=1)] = 50,
     reps: Annotated[int, typer.Option(min=1)] = 40,
+    detail: Annotated[
+        bool, typer.Option(help="Also time harness + tracing, and each behaviour's cost.")
+    ] = False,
 ) -> None:
     """Bare create_agent vs. the full harness on a scripted tool loop."""
     from evoharness.sdk.benchmarks import overhead
 
-    overhead.run(rounds=rounds, reps=reps, echo=console.print)
+    overhead.run(rounds=rounds, reps=reps, echo=console.print, detail=detail)
 
 
 @bench_app.command("tracing")
@@ -236,7 +239,7 @@ def bench_context(
 @bench_app.command("all")
 def bench_all() -> None:
     """Every benchmark, one after another."""
-    bench_overhead(rounds=50, reps=40)
+    bench_overhead(rounds=50, reps=40, detail=True)
     bench_tracing(observations=10_000, outage_s=30.0)
     bench_context(rounds=200, budget=30_000)
     judge = getattr(sys.modules.get("evoharness.evolve.cli"), "bench_judge", None)

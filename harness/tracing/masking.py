@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,6 +29,13 @@ SECRET_KEYS = re.compile(
     r"auth[_-]?token|refresh[_-]?token|authorization)$"
 )
 
+_CACHE_MAX_CHARS = 16_384  # longer texts are masked every time rather than held
+
+
+@functools.lru_cache(maxsize=1024)
+def _secret_key(key: str) -> bool:
+    return SECRET_KEYS.search(key) is not None
+
 
 @dataclass
 class Masker:
@@ -49,13 +57,20 @@ class Masker:
         if unknown:
             raise ValueError(f"unknown PII kinds {sorted(unknown)}; known: {sorted(PII_PATTERNS)}")
         patterns = {**SECRET_PATTERNS, **{k: PII_PATTERNS[k] for k in self.pii}, **self.extra}
-        self._rules = [(name, re.compile(rx)) for name, rx in patterns.items()]
+        self._rules = [(name, re.compile(rx), f"[masked:{name}]") for name, rx in patterns.items()]
+        # A generation records the whole conversation so far, so each message's text is
+        # masked again on every later call; the cache makes that a lookup (the same string
+        # objects come back, with their hash already computed).
+        self._cached = functools.lru_cache(maxsize=4096)(self._mask)
+
+    def _mask(self, value: str) -> str:
+        for _, rx, label in self._rules:
+            value = rx.sub(label, value)
+        return value
 
     def text(self, value: str) -> str:
         """Mask one string."""
-        for name, rx in self._rules:
-            value = rx.sub(f"[masked:{name}]", value)
-        return value
+        return self._cached(value) if len(value) <= _CACHE_MAX_CHARS else self._mask(value)
 
     def __call__(self, value: Any) -> Any:
         """Mask strings anywhere inside ``value`` (dicts, lists, tuples), returning a copy."""
@@ -64,7 +79,7 @@ class Masker:
         if isinstance(value, dict):
             return {
                 k: "[masked:secret]"
-                if isinstance(k, str) and SECRET_KEYS.search(k) and isinstance(v, str)
+                if isinstance(k, str) and _secret_key(k) and isinstance(v, str)
                 else self(v)
                 for k, v in value.items()
             }

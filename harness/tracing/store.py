@@ -11,6 +11,7 @@ writer cannot store (schema errors) land in a ``dead_letter`` table with the err
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import logging
 import queue
@@ -22,17 +23,38 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
+from langchain_core.messages import BaseMessage
 from pydantic import ValidationError
 
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.tracing.masking import Masker
-from evoharness.harness.tracing.messages import to_records
+from evoharness.harness.tracing.messages import message_record, to_records
 from evoharness.harness.tracing.schema import Observation, Score, Trace, migrate_trace
 
 log = logging.getLogger("evoharness.tracing")
 
 Kind = Literal["trace", "observation", "score"]
 FullPolicy = Literal["block", "spill"]
+_PAYLOAD_KEYS = ("input", "output", "metadata", "error", "comment", "status_message")
+_RECORD_CACHE = 8192  # messages whose masked record the writer keeps
+MESSAGES_REF = "$messages"
+"""A stored generation input ``{"$messages": [hash, ...]}``: message bodies live once in
+the ``messages`` table; readers get the full list back (see :meth:`TraceStore.observations`)."""
+
+
+class _Cached:
+    """A message's masked record, its content hash, and whether the row is committed."""
+
+    __slots__ = ("body", "digest", "message", "record", "stored")
+
+    def __init__(self, message: BaseMessage, record: dict[str, Any]) -> None:
+        self.message = message
+        self.record = record
+        self.body = json.dumps(record, sort_keys=True, default=str)
+        self.digest = hashlib.sha256(self.body.encode()).hexdigest()[:32]
+        self.stored = False
+
+
 _MODELS: dict[str, type[Trace] | type[Observation] | type[Score]] = {
     "trace": Trace,
     "observation": Observation,
@@ -54,6 +76,9 @@ CREATE TABLE IF NOT EXISTS observations (
 CREATE TABLE IF NOT EXISTS scores (
   id TEXT PRIMARY KEY, trace_id TEXT NOT NULL, name TEXT, value TEXT, source TEXT,
   body TEXT NOT NULL, updated_at REAL NOT NULL, exported_at REAL
+);
+CREATE TABLE IF NOT EXISTS messages (
+  hash TEXT PRIMARY KEY, body TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS dead_letter (
   rowid INTEGER PRIMARY KEY, kind TEXT, body TEXT, error TEXT, at REAL
@@ -85,6 +110,10 @@ class TraceStore:
             keeps timing, usage and metadata only.
         queue_size: Bound of the in-memory queue.
         batch_size: Records per write transaction.
+        linger_s: After the first record arrives, how long the writer waits for more
+            before it writes (records trickle in one per model or tool call; one
+            transaction per window instead of per record keeps the writer off the CPU the
+            agent needs). Records are durable at most this much later.
         full_policy: What a producer does when the queue is full.
         block_timeout_s: How long ``block`` waits before spilling.
         flush_on_exit_s: Deadline for the flush registered with ``atexit``.
@@ -98,6 +127,7 @@ class TraceStore:
         capture_payloads: dict[str, bool] | None = None,
         queue_size: int = 50_000,
         batch_size: int = 500,
+        linger_s: float = 0.02,
         full_policy: FullPolicy = "block",
         block_timeout_s: float = 0.05,
         flush_on_exit_s: float = 5.0,
@@ -110,6 +140,7 @@ class TraceStore:
         self.masker = masker or Masker()
         self.capture_payloads = capture_payloads or {}
         self.batch_size = batch_size
+        self.linger_s = linger_s
         self.full_policy = full_policy
         self.block_timeout_s = block_timeout_s
         self.flush_on_exit_s = flush_on_exit_s
@@ -119,6 +150,7 @@ class TraceStore:
         self._start_lock = threading.Lock()
         self._stop = threading.Event()
         self._ingesting = False
+        self._records: dict[int, _Cached] = {}
         self.stats = {"enqueued": 0, "spilled": 0, "stored": 0, "dead": 0, "lost": 0}
         with self._conn() as conn:
             conn.executescript(SCHEMA_SQL)
@@ -166,7 +198,12 @@ class TraceStore:
 
     def _spill(self, item: tuple[str, dict[str, Any]]) -> None:
         try:
-            line = json.dumps([item[0], item[1]], default=str)
+            # the spill file is storage too: messages become records, payloads are masked
+            record = {
+                k: self.masker(to_records(v)) if k in _PAYLOAD_KEYS and v is not None else v
+                for k, v in item[1].items()
+            }
+            line = json.dumps([item[0], record], default=str)
             with self._spill_lock, self.spill_path.open("a") as fh:
                 fh.write(line + "\n")
             self.stats["spilled"] += 1
@@ -195,6 +232,8 @@ class TraceStore:
                     self._ingest_spill(conn)
                     continue
                 batch = [first]
+                if self.linger_s > 0 and not self._stop.is_set():
+                    self._stop.wait(self.linger_s)  # let a window's records gather
                 while len(batch) < self.batch_size:
                     try:
                         batch.append(self._queue.get_nowait())
@@ -215,31 +254,60 @@ class TraceStore:
         finally:
             conn.close()
 
-    def _prepare(self, kind: str, record: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def _message(self, message: BaseMessage) -> _Cached:
+        """The masked record of ``message``, converted once per message object.
+
+        A generation's input is the whole conversation so far, so without this every
+        message would be converted, masked and stored again on every later model call
+        (quadratic in the session length). Entries hold their message, so an id is never
+        reused while cached; only the writer thread uses the cache.
+        """
+        cache = self._records
+        hit = cache.get(id(message))
+        if hit is not None and hit.message is message:
+            return hit
+        entry = _Cached(message, self.masker(message_record(message)))
+        if len(cache) >= _RECORD_CACHE:
+            del cache[next(iter(cache))]
+        cache[id(message)] = entry
+        return entry
+
+    def _prepare(
+        self, kind: str, record: dict[str, Any], new: dict[str, _Cached]
+    ) -> tuple[str, dict[str, Any]]:
+        """Validate, convert and mask one record; message rows it needs are added to
+        ``new`` (written in the same transaction)."""
+        masked: set[str] = set()
         if kind == "trace":
             record = migrate_trace(record)
         elif kind == "observation":
-            record = {
-                **record,
-                "input": to_records(record.get("input")),
-                "output": to_records(record.get("output")),
-            }
+            record = dict(record)
+            value = record.get("input")
+            if isinstance(value, list) and value and all(isinstance(m, BaseMessage) for m in value):
+                entries = [self._message(m) for m in value]
+                new.update((e.digest, e) for e in entries if not e.stored)
+                record["input"] = {MESSAGES_REF: [e.digest for e in entries]}
+                masked.add("input")
+            if isinstance(record.get("output"), BaseMessage):
+                record["output"] = self._message(record["output"]).record
+                masked.add("output")
         model = _MODELS[kind].model_validate(record)
         data = model.model_dump(mode="json")
         if kind == "observation" and not self.capture_payloads.get(data["type"], True):
             data["input"] = data["output"] = None
             data["metadata"]["payload"] = "not captured"
-        for key in ("input", "output", "metadata", "error", "comment", "status_message"):
-            if key in data and data[key] is not None:
+        for key in _PAYLOAD_KEYS:
+            if key in data and data[key] is not None and key not in masked:
                 data[key] = self.masker(data[key])
         return kind, data
 
     def _write(self, conn: sqlite3.Connection, batch: Sequence[tuple[str, dict[str, Any]]]) -> None:
         now = time.time()
         rows: dict[str, list[tuple[Any, ...]]] = {"trace": [], "observation": [], "score": []}
+        new: dict[str, _Cached] = {}
         for kind, record in batch:
             try:
-                kind, data = self._prepare(kind, record)
+                kind, data = self._prepare(kind, record, new)
             except (ValidationError, ValueError) as exc:
                 self._dead(conn, (kind, record), exc)
                 continue
@@ -294,6 +362,10 @@ class TraceStore:
         conn.execute("BEGIN")
         try:
             conn.executemany(
+                "INSERT OR IGNORE INTO messages VALUES (?,?)",
+                [(digest, e.body) for digest, e in new.items()],
+            )
+            conn.executemany(
                 "INSERT INTO traces VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,NULL) "
                 "ON CONFLICT(id) DO UPDATE SET run_id=excluded.run_id, name=excluded.name, "
                 "status=excluded.status, start_time=excluded.start_time, "
@@ -322,6 +394,8 @@ class TraceStore:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+        for e in new.values():
+            e.stored = True  # only now: a rolled-back row is written again next time
         self.stats["stored"] += sum(len(r) for r in rows.values())
 
     def _dead(
@@ -418,15 +492,42 @@ class TraceStore:
             sql += f" LIMIT {int(limit)}"
         return [Trace.model_validate(b) for b in self._bodies(sql, args)]
 
-    def observations(self, trace_id: str) -> list[Observation]:
-        """A trace's observations in start order."""
-        return [
-            Observation.model_validate(b)
-            for b in self._bodies(
-                "SELECT body FROM observations WHERE trace_id=? ORDER BY start_time, rowid",
-                [trace_id],
-            )
+    def _resolve(self, conn: sqlite3.Connection, bodies: list[dict[str, Any]]) -> None:
+        """Replace stored message references with the messages, in place."""
+        refs = [
+            b["input"][MESSAGES_REF]
+            for b in bodies
+            if isinstance(b.get("input"), dict) and MESSAGES_REF in b["input"]
         ]
+        wanted = sorted({h for r in refs for h in r})
+        known: dict[str, Any] = {}
+        for i in range(0, len(wanted), 500):  # below SQLite's parameter limit
+            chunk = wanted[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for digest, body in conn.execute(
+                f"SELECT hash, body FROM messages WHERE hash IN ({marks})", chunk
+            ):
+                known[digest] = json.loads(body)
+        for b in bodies:
+            value = b.get("input")
+            if isinstance(value, dict) and MESSAGES_REF in value:
+                b["input"] = [
+                    known.get(h, {"role": "unknown", "content": f"[missing message {h}]"})
+                    for h in value[MESSAGES_REF]
+                ]
+
+    def observations(self, trace_id: str) -> list[Observation]:
+        """A trace's observations in start order (generation inputs in full)."""
+        with self._conn() as conn:
+            bodies = [
+                json.loads(r[0])
+                for r in conn.execute(
+                    "SELECT body FROM observations WHERE trace_id=? ORDER BY start_time, rowid",
+                    (trace_id,),
+                )
+            ]
+            self._resolve(conn, bodies)
+        return [Observation.model_validate(b) for b in bodies]
 
     def scores(self, trace_id: str) -> list[Score]:
         """A trace's scores."""
@@ -458,7 +559,9 @@ class TraceStore:
                 "ORDER BY updated_at LIMIT ?",
                 (limit,),
             ).fetchall()
-        return [(json.loads(b), u) for b, u in rows]
+            out = [(json.loads(b), u) for b, u in rows]
+            self._resolve(conn, [b for b, _ in out])
+        return out
 
     def mark_exported(self, kind: Kind, versions: Sequence[tuple[str, float]]) -> int:
         """Mark (id, updated_at) pairs exported; a row updated since keeps pending."""

@@ -15,8 +15,10 @@ import gc
 import os
 import random
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from langchain.agents import create_agent
@@ -31,6 +33,8 @@ from evoharness.harness import (
     InMemoryBreakerBackend,
     default_middleware,
 )
+from evoharness.harness.tracing import Tracer, TraceStore
+from evoharness.sdk.agent import create_evo_agent
 from evoharness.sdk.testing import ScriptedChatModel
 
 TOOLS = ("lookup", "price", "stock", "ship")
@@ -111,13 +115,88 @@ def ratio_interval(
     return ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1]
 
 
-def run(rounds: int = 50, reps: int = 40, echo: Callable[[str], None] = print) -> float:
-    """Run the benchmark, print the report, and return the overhead ratio."""
+def _config() -> HarnessConfig:
+    return HarnessConfig(budget_tokens=10**9, breaker=BreakerConfig())
+
+
+def breakdown(rounds: int = 50, reps: int = 10) -> dict[str, float]:
+    """Microseconds per round each behaviour of the default stack spends in its own code
+    (the inner handler's time excluded), measured inside a real agent run.
+
+    Each figure has the cost of a pass-through child measured in the same runs subtracted
+    (the measurement's own cost), so the numbers add up to the harness's own work.
+    """
+    tools = _tools()
+    model = ScriptedChatModel(policy=loop_policy(rounds))
+    composed = default_middleware(_config())[0]
+    children = [_PassThrough(), *getattr(composed, "children", [])]
+    spent: dict[str, float] = {}
+
+    def timed(child: AgentMiddleware[Any, Any, Any], slot: str) -> None:
+        inner_fn = getattr(child, slot)
+        label = f"{type(child).__name__}.{slot}"
+
+        def hook(request: Any, handler: Callable[[Any], Any]) -> Any:
+            below = 0.0
+
+            def inner(req: Any) -> Any:
+                nonlocal below
+                start = time.perf_counter()
+                try:
+                    return handler(req)
+                finally:
+                    below += time.perf_counter() - start
+
+            start = time.perf_counter()
+            try:
+                return inner_fn(request, inner)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.perf_counter() - start - below
+
+        setattr(child, slot, hook)
+
+    for child in children:
+        for slot in ("wrap_model_call", "wrap_tool_call"):
+            if type(child).__dict__.get(slot) or any(
+                slot in vars(k) for k in type(child).__mro__[:-2]
+            ):
+                timed(child, slot)
+    from evoharness.harness.compose import ComposedMiddleware
+
+    agent = create_agent(model, tools, middleware=[ComposedMiddleware(children)])
+    payload: Any = {"messages": [HumanMessage("lookup, price, stock and ship each item")]}
+    cfg: RunnableConfig = {"recursion_limit": 20 * rounds}
+    agent.invoke(payload, cfg)
+    spent.clear()
+    for _ in range(reps):
+        agent.invoke(payload, cfg)
+    per_round = {k: v / (reps * rounds) * 1e6 for k, v in spent.items()}
+    base = {
+        slot: per_round.pop(f"_PassThrough.{slot}", 0.0)
+        for slot in ("wrap_model_call", "wrap_tool_call")
+    }
+    return {
+        k: max(0.0, v - base[k.rsplit(".", 1)[1]])
+        for k, v in sorted(per_round.items(), key=lambda kv: -kv[1])
+    }
+
+
+def run(
+    rounds: int = 50,
+    reps: int = 40,
+    echo: Callable[[str], None] = print,
+    *,
+    detail: bool = False,
+) -> float:
+    """Run the benchmark, print the report, and return the overhead ratio.
+
+    With ``detail``, also time the harness with tracing to a local store, and print what
+    each behaviour costs per round (:func:`breakdown`).
+    """
     tools = _tools()
     model = ScriptedChatModel(policy=loop_policy(rounds))
     bare = create_agent(model, tools)
-    config = HarnessConfig(budget_tokens=10**9, breaker=BreakerConfig())
-    harnessed = create_agent(model, tools, middleware=default_middleware(config))
+    harnessed = create_agent(model, tools, middleware=default_middleware(_config()))
     # The floor: one middleware that only passes both calls through. LangChain wraps every
     # wrap_* hook in a traced layer, so any middleware that touches model and tool calls
     # pays this much before doing any work.
@@ -125,15 +204,26 @@ def run(rounds: int = 50, reps: int = 40, echo: Callable[[str], None] = print) -
     # an on-topic request: the drift check stays quiet, as it would for a healthy agent
     payload: Any = {"messages": [HumanMessage("lookup, price, stock and ship each item")]}
     cfg: RunnableConfig = {"recursion_limit": 20 * rounds}
+    tmp = tempfile.TemporaryDirectory(prefix="evoharness-bench-")
+    store = TraceStore(Path(tmp.name) / "traces.db")
+    traced = create_evo_agent(
+        model, tools, middleware=default_middleware(_config()), tracer=Tracer(store)
+    )
     for agent in (bare, harnessed, floor):  # warm-up: compile caches, imports
         agent.invoke(payload, cfg)
+    traced.invoke(payload, cfg)
     bare_t: list[tuple[float, float]] = []
     harn_t: list[tuple[float, float]] = []
     floor_t: list[tuple[float, float]] = []
+    traced_t: list[tuple[float, float]] = []
     for _ in range(reps):  # interleaved so drift on a shared machine hits all alike
         bare_t.append(_time(lambda: bare.invoke(payload, cfg)))
         harn_t.append(_time(lambda: harnessed.invoke(payload, cfg)))
         floor_t.append(_time(lambda: floor.invoke(payload, cfg)))
+        if detail:  # the store's writer finishes inside the timing: all tracing work counts
+            traced_t.append(_time(lambda: (traced.invoke(payload, cfg), store.flush(60))))
+    store.close()
+    tmp.cleanup()
     b, h, f = (statistics.median(w for w, _ in t) for t in (bare_t, harn_t, floor_t))
     b_cpu, h_cpu = (statistics.median(c for _, c in t) for t in (bare_t, harn_t))
     echo(f"rounds={rounds} reps={reps}")
@@ -155,6 +245,16 @@ def run(rounds: int = 50, reps: int = 40, echo: Callable[[str], None] = print) -
         f"floor (one pass-through wrap middleware): ratio {f / b:.3f}, "
         f"{(f - b) / rounds * 1e6:.1f} us per round"
     )
+    if detail:
+        t_cpu = statistics.median(c for _, c in traced_t)
+        echo(
+            f"harness + tracing to a local store: CPU-time ratio {t_cpu / b_cpu:.3f} "
+            f"(vs. harness alone {h_cpu / b_cpu:.3f}; CPU of every thread, the store's "
+            "writer included, until the trace is in SQLite)"
+        )
+        echo("per behaviour, own code only (us per round, measured inside an agent run):")
+        for name, us in breakdown(rounds).items():
+            echo(f"  {name:45s} {us:6.1f}")
     echo(
         f"breaker decision in-process: {breaker_cost_us(InMemoryBreakerBackend(), 20000):.2f} us"
         " per tool call (acquire + record)"

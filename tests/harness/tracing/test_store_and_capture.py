@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
 from pathlib import Path
@@ -169,6 +170,78 @@ def test_full_queue_spills_and_loses_nothing(tmp_path: Path) -> None:
     assert store.flush(20)
     assert store.counts()["observations"] == n
     assert store.stats["lost"] == 0
+    store.close()
+
+
+def test_generation_inputs_store_each_message_once(tmp_path: Path) -> None:
+    """A generation's input is the conversation so far; the store keeps each message once
+    (masked) and generation rows only reference them, so a session's storage and the
+    writer's work grow linearly, while readers still get every input in full."""
+    store = TraceStore(tmp_path / "t.db")
+    rounds = 30
+    model = ScriptedChatModel(
+        script=[call("lookup", {"item": f"i{i}"}, f"c{i}") for i in range(rounds)]
+        + ["done, key sk-abcdefghijklmnop1234"]
+    )
+    agent = create_evo_agent(model, [lookup], tracer=Tracer(store))
+    agent.invoke({"messages": [HumanMessage("find things")]}, run=RunInfo(run_id="long"))
+    store.flush(10)
+    tid = trace_id_for("long")
+    gens = [o for o in store.observations(tid) if o.type == "generation"]
+    assert len(gens) == rounds + 1
+    for gen, sent in zip(gens, model.calls, strict=True):
+        assert [m["content"] for m in gen.input] == [m.content for m in sent]
+    with sqlite3.connect(store.path) as conn:
+        stored = conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+        last = conn.execute(
+            "SELECT length(body) FROM observations WHERE type='generation' "
+            "ORDER BY start_time DESC LIMIT 1"
+        ).fetchone()[0]
+        everything = " ".join(r[0] for r in conn.execute("SELECT body FROM observations"))
+        everything += " ".join(r[0] for r in conn.execute("SELECT body FROM messages"))
+    assert stored == len(model.calls[-1])  # every message of the session, once
+    assert last < 4_000  # references, not 61 messages inline
+    assert "sk-abcdefghijklmnop1234" not in everything
+    assert gens[-1].output is not None and "[masked:openai_key]" in gens[-1].output["content"]
+    store.close()
+
+
+def test_old_inline_rows_and_spilled_messages_read_back(tmp_path: Path) -> None:
+    store = TraceStore(tmp_path / "t.db", queue_size=1, full_policy="spill", batch_size=1)
+    with sqlite3.connect(store.path) as conn:  # a row written before references existed
+        body = {
+            "id": "00000000000000aa",
+            "trace_id": TID,
+            "type": "generation",
+            "name": "model",
+            "start_time": 0.5,
+            "input": [{"role": "human", "content": "old row"}],
+        }
+        conn.execute(
+            "INSERT INTO observations VALUES (?,?,?,?,?,?,?,?,NULL)",
+            (body["id"], TID, None, "generation", "model", 0.5, json.dumps(body), 1.0),
+        )
+    secret = "sk-abcdefghijklmnop1234"
+    for i in range(20):
+        store.put_observation(
+            {
+                "id": f"{i:016x}",
+                "trace_id": TID,
+                "type": "generation",
+                "name": "model",
+                "start_time": float(i + 1),
+                "input": [HumanMessage(f"use {secret}"), AIMessage(f"reply {i}")],
+            }
+        )
+    assert store.stats["spilled"] > 0
+    assert secret not in (store.spill_path.read_text() if store.spill_path.exists() else "")
+    assert store.flush(20)
+    obs = store.observations(TID)
+    assert obs[0].input == [{"role": "human", "content": "old row"}]
+    assert len(obs) == 21 and store.stats["lost"] == 0
+    for o in obs[1:]:
+        assert [m["role"] for m in o.input] == ["human", "ai"]
+        assert o.input[0]["content"] == "use [masked:openai_key]"
     store.close()
 
 

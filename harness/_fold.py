@@ -67,3 +67,25 @@ class MessageFold(Generic[A]):
             del cache[next(iter(cache))]  # the oldest history
         cache[id(first)] = (first, ((n, messages[n - 1], acc),))
         return acc
+
+    def extend(self, messages: Sequence[Any], extra: Any) -> A:
+        """``fold([*messages, extra])`` without building that list.
+
+        The result is remembered as if the list had been folded, so when ``extra`` shows
+        up in the next history (a fresh reply, checked before it is stored) it is not
+        folded again.
+        """
+        n = len(messages)
+        base = self(messages)
+        if not n:
+            return self.step(base, extra)
+        first = messages[0]
+        entry = self._cache.get(id(first))
+        if entry is not None and entry[0] is first:
+            k, last, value = entry[1][0]
+            if k == n + 1 and last is extra:
+                return value  # the same extension asked for again
+        acc = self.step(base, extra)
+        if entry is not None and entry[0] is first:
+            self._cache[id(first)] = (first, ((n + 1, extra, acc), entry[1][0]))
+        return acc

@@ -134,11 +134,11 @@ class LoopDetectionMiddleware(AgentMiddleware[Any, Any, Any]):
         Returns ``reply`` itself (the next call then gets a hint if it closed a loop), or,
         once the hints are used up, a replacement without tool calls, which ends the run.
         """
-        track = self._track(history)
-        found = self._found(track.calls.add(reply), reply)
+        track = self._track.extend(history, reply)  # remembered: not refolded next round
+        found = track.newest
         if found is None:
             return reply
-        warnings = track.detections + 1
+        warnings = track.detections
         if warnings <= self.escalate_after:
             self.events.emit("loop_hint", self.name, detail=found, warnings=warnings)
             return reply

@@ -52,12 +52,18 @@ def test_growth_rewrites_and_one_off_extensions_match_a_fresh_fold() -> None:
         extra = [*prefix, reply(100 + k)]  # the drift check's one-off "history + reply"
         assert fold(extra) == scratch(extra)
         assert fold(prefix) == scratch(prefix)  # the history itself is still cached
+        fresh = reply(200 + k)  # loop detection: history + a fresh reply, no list built
+        assert fold.extend(prefix, fresh) == scratch([*prefix, fresh])
+        assert fold.extend(prefix, fresh) == scratch([*prefix, fresh])  # asked again
+        grown = [*prefix, fresh, ToolMessage("ok", tool_call_id="x")]
+        assert fold(grown) == scratch(grown)  # the next round starts from the extension
         steps += 1
     rewritten = [full[0], AIMessage("summary"), *full[-4:]]  # compaction rewrote it
     assert fold(rewritten) == scratch(rewritten)
     trimmed = full[:5]
     assert fold(trimmed) == scratch(trimmed)
     assert fold([]) == CallStats.empty()
+    assert fold.extend([], full[1]) == scratch([full[1]])
     assert steps == len(full)
 
 

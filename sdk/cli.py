@@ -27,6 +27,7 @@ from evoharness.sdk.cli_traces import app as traces_app
 from evoharness.sdk.environment import load_environment
 from evoharness.sdk.models import model_factory
 from evoharness.sdk.runner import RunReport, TaskResult, run_tasks, write_results
+from evoharness.sdk.runtime import inline_untraced_bookkeeping
 
 app = typer.Typer(
     name="evoharness",
@@ -250,6 +251,7 @@ def bench_all() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: run the CLI on ``argv`` and return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
+    inline_untraced_bookkeeping()  # this process is ours: cheaper async middleware
     try:
         result = app(args=args, prog_name="evoharness", standalone_mode=False)
     except typer.Exit as exc:
@@ -263,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         sys.stderr.write(f"evoharness: error: {exc}\n")
         return 2
+    finally:
+        inline_untraced_bookkeeping(False)
     return result if isinstance(result, int) else 0
 
 

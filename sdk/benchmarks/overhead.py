@@ -11,6 +11,7 @@ trips per tool call).
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import random
@@ -181,6 +182,56 @@ def breakdown(rounds: int = 50, reps: int = 10) -> dict[str, float]:
     }
 
 
+class _APassThrough(_PassThrough):
+    """The floor's async twin."""
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return await handler(request)
+
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return await handler(request)
+
+
+def async_ratios(rounds: int = 50, reps: int = 15) -> dict[str, float]:
+    """Median ``ainvoke`` time of the floor and the harness relative to bare ``ainvoke``,
+    with LangSmith's bookkeeping inline (:mod:`evoharness.sdk.runtime`) and without."""
+    from evoharness.sdk.runtime import inline_untraced_bookkeeping
+
+    tools = _tools()
+    model = ScriptedChatModel(policy=loop_policy(rounds))
+    agents = {
+        "bare": create_agent(model, tools),
+        "floor": create_agent(model, tools, middleware=[_APassThrough()]),
+        "harness": create_agent(model, tools, middleware=default_middleware(_config())),
+    }
+    payload: Any = {"messages": [HumanMessage("lookup, price, stock and ship each item")]}
+    cfg: RunnableConfig = {"recursion_limit": 20 * rounds}
+
+    async def measure() -> dict[str, float]:
+        for agent in agents.values():
+            await agent.ainvoke(payload, cfg)
+        times: dict[str, list[float]] = {k: [] for k in agents}
+        for _ in range(reps):
+            for name, agent in agents.items():
+                gc.collect()
+                start = time.perf_counter()
+                await agent.ainvoke(payload, cfg)
+                times[name].append(time.perf_counter() - start)
+        bare = statistics.median(times["bare"])
+        return {k: statistics.median(v) / bare for k, v in times.items() if k != "bare"}
+
+    out: dict[str, float] = {}
+    for inline in (True, False):
+        inline_untraced_bookkeeping(inline)
+        try:
+            ratios = asyncio.run(measure())
+        finally:
+            inline_untraced_bookkeeping(False)
+        suffix = "" if inline else " (LangSmith default)"
+        out.update({f"{k}{suffix}": v for k, v in ratios.items()})
+    return out
+
+
 def run(
     rounds: int = 50,
     reps: int = 40,
@@ -251,6 +302,12 @@ def run(
             f"harness + tracing to a local store: CPU-time ratio {t_cpu / b_cpu:.3f} "
             f"(vs. harness alone {h_cpu / b_cpu:.3f}; CPU of every thread, the store's "
             "writer included, until the trace is in SQLite)"
+        )
+        ratios = async_ratios(rounds)
+        echo(
+            "under ainvoke, to bare ainvoke: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items())
+            + " (inline LangSmith bookkeeping: evoharness.sdk.runtime)"
         )
         echo("per behaviour, own code only (us per round, measured inside an agent run):")
         for name, us in breakdown(rounds).items():

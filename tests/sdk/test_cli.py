@@ -89,5 +89,6 @@ def test_bench_overhead_reports_every_part_and_ends_with_the_ratio(
     assert re.fullmatch(r"overhead_ratio=\d+\.\d{3}", lines[-1])
     assert "ratio 95% interval" in text and "floor (one pass-through" in text
     assert "harness + tracing to a local store: CPU-time ratio" in text
+    assert "under ainvoke, to bare ainvoke: floor" in text
     for part in ("LoopDetectionMiddleware", "CircuitBreakerMiddleware", "ToolGuardMiddleware"):
         assert part in text

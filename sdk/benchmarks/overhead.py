@@ -2,9 +2,10 @@
 
 A 50-round tool loop driven by ``ScriptedChatModel`` (so the model costs ~nothing and the
 harness's own cost is what remains), both agents run interleaved, medians compared, with a
-bootstrap 95% interval for the ratio. Garbage is collected before every timed run (outside
-the timing) so a collection of earlier runs' garbage does not land on whichever agent runs
-next; collections caused by a run's own allocations still count. Also measures the breaker
+bootstrap 95% interval for the ratio. After the warm-up the heap is frozen (``gc.freeze``)
+and garbage is collected before every timed run (outside the timing), so a collection of
+earlier runs' garbage does not land on whichever agent runs next; collections caused by a
+run's own allocations still count. Also measures the breaker
 decision (acquire + record) in-process and, when a Redis answers, against Redis (two round
 trips per tool call).
 """
@@ -210,6 +211,7 @@ def async_ratios(rounds: int = 50, reps: int = 15) -> dict[str, float]:
     async def measure() -> dict[str, float]:
         for agent in agents.values():
             await agent.ainvoke(payload, cfg)
+        gc.freeze()  # what exists now is never garbage: collections only scan new objects
         times: dict[str, list[float]] = {k: [] for k in agents}
         for _ in range(reps):
             for name, agent in agents.items():
@@ -217,6 +219,7 @@ def async_ratios(rounds: int = 50, reps: int = 15) -> dict[str, float]:
                 start = time.perf_counter()
                 await agent.ainvoke(payload, cfg)
                 times[name].append(time.perf_counter() - start)
+        gc.unfreeze()
         bare = statistics.median(times["bare"])
         return {k: statistics.median(v) / bare for k, v in times.items() if k != "bare"}
 
@@ -263,6 +266,7 @@ def run(
     for agent in (bare, harnessed, floor):  # warm-up: compile caches, imports
         agent.invoke(payload, cfg)
     traced.invoke(payload, cfg)
+    gc.freeze()  # what exists now is never garbage: collections only scan new objects
     bare_t: list[tuple[float, float]] = []
     harn_t: list[tuple[float, float]] = []
     floor_t: list[tuple[float, float]] = []
@@ -273,6 +277,7 @@ def run(
         floor_t.append(_time(lambda: floor.invoke(payload, cfg)))
         if detail:  # the store's writer finishes inside the timing: all tracing work counts
             traced_t.append(_time(lambda: (traced.invoke(payload, cfg), store.flush(60))))
+    gc.unfreeze()
     store.close()
     tmp.cleanup()
     b, h, f = (statistics.median(w for w, _ in t) for t in (bare_t, harn_t, floor_t))
@@ -303,14 +308,14 @@ def run(
             f"(vs. harness alone {h_cpu / b_cpu:.3f}; CPU of every thread, the store's "
             "writer included, until the trace is in SQLite)"
         )
-        ratios = async_ratios(rounds)
+        ratios = async_ratios(rounds, reps=max(3, reps // 3))
         echo(
             "under ainvoke, to bare ainvoke: "
             + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items())
             + " (inline LangSmith bookkeeping: evoharness.sdk.runtime)"
         )
         echo("per behaviour, own code only (us per round, measured inside an agent run):")
-        for name, us in breakdown(rounds).items():
+        for name, us in breakdown(rounds, reps=max(2, reps // 4)).items():
             echo(f"  {name:45s} {us:6.1f}")
     echo(
         f"breaker decision in-process: {breaker_cost_us(InMemoryBreakerBackend(), 20000):.2f} us"

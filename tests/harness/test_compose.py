@@ -130,3 +130,10 @@ def test_composition_merges_commands_and_node_updates(run: Any) -> None:
     out = run(agent, {"messages": [HumanMessage("x")]})
     assert [m.content for m in out["messages"]] == ["x", "hello from a", "hello from b", "ok"]
     assert a.seen == b.seen == ["before_agent"]
+
+
+def test_a_composition_built_from_a_composed_class_gets_only_its_own_slots() -> None:
+    full = default_middleware()[0]
+    budget_only = type(full)([TokenBudgetMiddleware(budget_tokens=100)])
+    assert type(budget_only).wrap_tool_call is AgentMiddleware.wrap_tool_call
+    assert type(budget_only) is type(ComposedMiddleware([TokenBudgetMiddleware(budget_tokens=5)]))

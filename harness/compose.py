@@ -178,7 +178,7 @@ _SLOTTED: dict[tuple[type[Any], frozenset[str]], type[ComposedMiddleware]] = {}
 def _with_slots(base: type[Any], slots: frozenset[str]) -> type[ComposedMiddleware]:
     """``base`` with exactly the hook slots in ``slots`` (one class per combination)."""
     while base in _SLOTTED.values():  # built from a slotted class: start from its base
-        base = base.__base__
+        base = base.__mro__[1]
     if (base, slots) in _SLOTTED:
         return _SLOTTED[base, slots]
     attrs = {

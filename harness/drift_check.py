@@ -215,7 +215,10 @@ class DriftCheckMiddleware(AgentMiddleware[Any, Any, Any]):
         )
 
     def _prepare(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
-        newest = last_ai(request.state["messages"])
+        history = request.state["messages"]
+        if history and isinstance(history[-1], HumanMessage):
+            return request  # a new turn: the user has spoken since the verdict
+        newest = last_ai(history)
         verdict = newest.response_metadata.get(DRIFT_KEY) if newest is not None else None
         if not verdict or not verdict.get("hint"):
             return request

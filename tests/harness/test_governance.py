@@ -234,7 +234,7 @@ def test_drift_verdicts_live_on_the_judged_reply_and_normal_resets_the_streak(
 ) -> None:
     events = EventLog()
     verdicts = iter(["severe", "normal", "severe", "severe"])
-    checker = ScriptedChatModel(policy=lambda msgs: next(verdicts, "normal"))
+    checker = ScriptedChatModel(policy=lambda msgs: next(verdicts, "light"))
     script = [call("search", {"platform": f"weather{i}"}, f"c{i}") for i in range(4)] + ["x"]
     model = ScriptedChatModel(script=script)
     agent = create_agent(
@@ -254,14 +254,19 @@ def test_drift_verdicts_live_on_the_judged_reply_and_normal_resets_the_streak(
     out = run(agent, {"messages": [HumanMessage("buy a kettle under budget")]})
     assert [e.data["severe_streak"] for e in events.events] == [1, 0, 1, 2, 0]
     assert [e.data["forced"] for e in events.events] == [False, False, False, True, False]
+    assert [e.kind for e in events.events][-1] == "drift_light"
     replies = [m for m in out["messages"] if isinstance(m, AIMessage)]
     kept = [m.response_metadata.get("evoharness_drift", {}).get("verdict") for m in replies]
-    assert kept == ["severe", "normal", "severe", "severe", "normal"]
+    assert kept == ["severe", "normal", "severe", "severe", "light"]
     notes = [str(c[-1].content) if isinstance(c[-1], SystemMessage) else "" for c in model.calls]
     assert "drifting" in notes[1] and notes[2] == "" and "drifting" in notes[3]
     assert "Call finish now" in notes[4]
     assert not any("drifting" in str(m.content) for m in out["messages"])  # never in history
     assert set(out) == {"messages"}
+    # the final reply carries a verdict with a note; a new user turn does not get it
+    model.script.append("next answer")
+    run(agent, {"messages": [*out["messages"], HumanMessage("thanks, one more thing")]})
+    assert not isinstance(model.calls[-1][-1], SystemMessage)
 
 
 def test_unparsable_checker_counts_as_light(call: Any) -> None:

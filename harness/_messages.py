@@ -24,11 +24,6 @@ def observation(request: ToolCallRequest, content: str, *, status: str = "error"
     )
 
 
-def model_calls(messages: Sequence[BaseMessage]) -> int:
-    """How many model replies ``messages`` hold (the index of the next model call)."""
-    return sum(isinstance(m, AIMessage) for m in messages)
-
-
 def last_ai(messages: Sequence[AnyMessage]) -> AIMessage | None:
     """The newest AI message, if any."""
     for m in reversed(messages):

@@ -116,3 +116,26 @@ def test_call_key_ignores_argument_order_and_handles_nested_arguments() -> None:
     assert nested == call_key({"name": "t", "args": {"f": {"a": None, "b": [1, 2]}}, "id": "4"})
     assert nested != call_key({"name": "t", "args": {"f": {"a": None, "b": [2, 1]}}, "id": "5"})
     assert a != call_key({"name": "u", "args": {"x": 1, "y": "z"}, "id": "6"})
+
+
+def test_folded_loop_verdicts_match_detect_loop_on_random_histories() -> None:
+    from evoharness.harness import LoopDetectionMiddleware, detect_loop
+
+    mw = LoopDetectionMiddleware(same_call=3, same_tool=4)
+    rng = random.Random(7)
+    for seed in range(40):
+        msgs: list[Any] = [HumanMessage(f"task {seed}")]
+        for i in range(25):
+            calls = [
+                {
+                    "name": rng.choice(["a", "b"]),
+                    "args": {"q": rng.randint(0, 2)},
+                    "id": f"c{i}-{j}",
+                    "type": "tool_call",
+                }
+                for j in range(rng.choice([0, 1, 1, 1, 2]))
+            ]
+            msgs.append(AIMessage(content="", tool_calls=calls))
+            expected = detect_loop(msgs, same_call=3, same_tool=4)
+            assert mw._track(msgs).newest == expected, (seed, i)
+            msgs.extend(ToolMessage("ok", tool_call_id=c["id"]) for c in calls)

@@ -35,6 +35,7 @@ from evoharness.harness import (
     InMemoryBreakerBackend,
     default_middleware,
 )
+from evoharness.harness.compose import ComposedMiddleware
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.agent import create_evo_agent
 from evoharness.sdk.testing import ScriptedChatModel
@@ -159,12 +160,8 @@ def breakdown(rounds: int = 50, reps: int = 10) -> dict[str, float]:
 
     for child in children:
         for slot in ("wrap_model_call", "wrap_tool_call"):
-            if type(child).__dict__.get(slot) or any(
-                slot in vars(k) for k in type(child).__mro__[:-2]
-            ):
+            if getattr(type(child), slot) is not getattr(AgentMiddleware, slot):
                 timed(child, slot)
-    from evoharness.harness.compose import ComposedMiddleware
-
     agent = create_agent(model, tools, middleware=[ComposedMiddleware(children)])
     payload: Any = {"messages": [HumanMessage("lookup, price, stock and ship each item")]}
     cfg: RunnableConfig = {"recursion_limit": 20 * rounds}

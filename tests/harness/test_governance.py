@@ -203,25 +203,25 @@ def test_budget_tiers_and_hints(run: Any, call: Any) -> None:
 
 
 # -- drift check -----------------------------------------------------------------------------
+def drift_agent(checker: ScriptedChatModel, events: EventLog, call: Any) -> tuple[Any, Any]:
+    """An agent whose four off-topic searches are each checked (every round)."""
+    script = [call("search", {"platform": f"weather{i}"}, f"c{i}") for i in range(4)] + ["x"]
+    model = ScriptedChatModel(script=script)
+    drift = DriftCheckMiddleware(
+        every=1,
+        min_overlap=0.5,
+        checker=checker,
+        severe_limit=2,
+        terminal_tool="finish",
+        events=events,
+    )
+    return model, create_agent(model, [search, finish], middleware=[drift])
+
+
 def test_severe_drift_forces_terminal_tool(run: Any, call: Any) -> None:
     events = EventLog()
     checker = ScriptedChatModel(policy=lambda msgs: "SEVERE: off topic")
-    script = [call("search", {"platform": f"weather{i}"}, f"c{i}") for i in range(4)] + ["x"]
-    model = ScriptedChatModel(script=script)
-    agent = create_agent(
-        model,
-        [search, finish],
-        middleware=[
-            DriftCheckMiddleware(
-                every=1,
-                min_overlap=0.5,
-                checker=checker,
-                severe_limit=2,
-                terminal_tool="finish",
-                events=events,
-            )
-        ],
-    )
+    model, agent = drift_agent(checker, events, call)
     run(agent, {"messages": [HumanMessage("buy a kettle under budget")]})
     kinds = [e.kind for e in events.events]
     assert kinds[:2] == ["drift_severe", "drift_severe"]
@@ -235,22 +235,7 @@ def test_drift_verdicts_live_on_the_judged_reply_and_normal_resets_the_streak(
     events = EventLog()
     verdicts = iter(["severe", "normal", "severe", "severe"])
     checker = ScriptedChatModel(policy=lambda msgs: next(verdicts, "light"))
-    script = [call("search", {"platform": f"weather{i}"}, f"c{i}") for i in range(4)] + ["x"]
-    model = ScriptedChatModel(script=script)
-    agent = create_agent(
-        model,
-        [search, finish],
-        middleware=[
-            DriftCheckMiddleware(
-                every=1,
-                min_overlap=0.5,
-                checker=checker,
-                severe_limit=2,
-                terminal_tool="finish",
-                events=events,
-            )
-        ],
-    )
+    model, agent = drift_agent(checker, events, call)
     out = run(agent, {"messages": [HumanMessage("buy a kettle under budget")]})
     assert [e.data["severe_streak"] for e in events.events] == [1, 0, 1, 2, 0]
     assert [e.data["forced"] for e in events.events] == [False, False, False, True, False]

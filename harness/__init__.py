@@ -1,7 +1,13 @@
 """The harness: LangChain ``AgentMiddleware`` implementations and their building blocks."""
 
 from evoharness.harness._json import first_json_object
-from evoharness.harness.breaker import (
+from evoharness.harness.breaker.middleware import (
+    CircuitBreakerMiddleware,
+    error_result,
+    key_by_arg,
+    key_by_tool,
+)
+from evoharness.harness.breaker.state import (
     BreakerBackend,
     BreakerConfig,
     BreakerState,
@@ -9,14 +15,11 @@ from evoharness.harness.breaker import (
     Permit,
     Transition,
 )
-from evoharness.harness.circuit_breaker import (
-    CircuitBreakerMiddleware,
-    error_result,
-    key_by_arg,
-    key_by_tool,
-)
 from evoharness.harness.compose import ComposedMiddleware
-from evoharness.harness.drift_check import DriftCheckMiddleware
+from evoharness.harness.context.reference import ReferenceMiddleware, ReferenceProvider
+from evoharness.harness.control.drift_check import DriftCheckMiddleware
+from evoharness.harness.control.loop_detection import LoopDetectionMiddleware, detect_loop
+from evoharness.harness.control.token_budget import TokenBudgetMiddleware, tokens_used
 from evoharness.harness.errors import (
     ConfigError,
     EvoharnessError,
@@ -26,7 +29,14 @@ from evoharness.harness.errors import (
 )
 from evoharness.harness.events import EventLog, HarnessEvent
 from evoharness.harness.extras import require_extra
-from evoharness.harness.hooks import (
+from evoharness.harness.governance.output_guard import (
+    CallableRule,
+    GuardRule,
+    GuardRuleSet,
+    OutputGuardMiddleware,
+)
+from evoharness.harness.governance.tool_guard import PhasePolicy, StepAssertion, ToolGuardMiddleware
+from evoharness.harness.hooks.middleware import (
     HOOK_POINTS,
     Hook,
     HookContext,
@@ -39,18 +49,8 @@ from evoharness.harness.hooks import (
     hook,
     session_scope,
 )
-from evoharness.harness.loop_detection import LoopDetectionMiddleware, detect_loop
-from evoharness.harness.output_guard import (
-    CallableRule,
-    GuardRule,
-    GuardRuleSet,
-    OutputGuardMiddleware,
-)
-from evoharness.harness.reference import ReferenceMiddleware, ReferenceProvider
 from evoharness.harness.stack import HarnessConfig, default_middleware, events_of
-from evoharness.harness.token_budget import TokenBudgetMiddleware, tokens_used
 from evoharness.harness.tokens import approx_message_tokens, approx_tokens, message_text
-from evoharness.harness.tool_guard import PhasePolicy, StepAssertion, ToolGuardMiddleware
 
 __all__ = [
     "HOOK_POINTS",

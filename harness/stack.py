@@ -10,18 +10,18 @@ from langchain.agents.middleware.types import ToolCallRequest
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field
 
-from evoharness.harness.breaker import BreakerBackend, BreakerConfig
-from evoharness.harness.circuit_breaker import CircuitBreakerMiddleware, KeyFn, key_by_tool
+from evoharness.harness.breaker.middleware import CircuitBreakerMiddleware, KeyFn, key_by_tool
+from evoharness.harness.breaker.state import BreakerBackend, BreakerConfig
 from evoharness.harness.compose import ComposedMiddleware
 from evoharness.harness.context import ContextConfig, ContextMiddleware
-from evoharness.harness.drift_check import DriftCheckMiddleware
+from evoharness.harness.context.reference import ReferenceMiddleware, ReferenceProvider
+from evoharness.harness.control.drift_check import DriftCheckMiddleware
+from evoharness.harness.control.loop_detection import LoopDetectionMiddleware
+from evoharness.harness.control.token_budget import TokenBudgetMiddleware
 from evoharness.harness.events import EventLog
-from evoharness.harness.hooks import HookRegistry, HooksMiddleware
-from evoharness.harness.loop_detection import LoopDetectionMiddleware
-from evoharness.harness.output_guard import GuardRuleSet, OutputGuardMiddleware
-from evoharness.harness.reference import ReferenceMiddleware, ReferenceProvider
-from evoharness.harness.token_budget import TokenBudgetMiddleware
-from evoharness.harness.tool_guard import PhasePolicy, ToolGuardMiddleware
+from evoharness.harness.governance.output_guard import GuardRuleSet, OutputGuardMiddleware
+from evoharness.harness.governance.tool_guard import PhasePolicy, ToolGuardMiddleware
+from evoharness.harness.hooks.middleware import HookRegistry, HooksMiddleware
 
 
 class HarnessConfig(BaseModel):

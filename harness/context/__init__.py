@@ -4,6 +4,7 @@ from evoharness.harness.context.cold import ColdStore, FileColdStore, read_refer
 from evoharness.harness.context.compaction import ProjectionRule, compact
 from evoharness.harness.context.constraints import extract as extract_constraints
 from evoharness.harness.context.middleware import ContextConfig, ContextMiddleware, render_sections
+from evoharness.harness.context.reference import ReferenceMiddleware, ReferenceProvider
 from evoharness.harness.context.state import ContextState
 from evoharness.harness.context.summary import (
     StructuredSummary,
@@ -20,6 +21,8 @@ __all__ = [
     "ContextState",
     "FileColdStore",
     "ProjectionRule",
+    "ReferenceMiddleware",
+    "ReferenceProvider",
     "StructuredSummary",
     "Summarizer",
     "TokenCounter",

@@ -320,7 +320,7 @@ def run(
     )
     url = os.environ.get("EVOHARNESS_REDIS_URL", "redis://127.0.0.1:6379/0")
     try:
-        from evoharness.harness.redis_breaker import RedisBreakerBackend
+        from evoharness.harness.breaker.redis_backend import RedisBreakerBackend
 
         redis_backend = RedisBreakerBackend(url=url, prefix=f"evoharness-bench:{os.getpid()}:")
         redis_backend.client.ping()

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from evoharness.harness.breaker import (
+from evoharness.harness.breaker.state import (
     BreakerConfig,
     BreakerState,
     InMemoryBreakerBackend,

@@ -19,7 +19,7 @@ from evoharness.harness import (
     Reject,
     hook,
 )
-from evoharness.harness.hooks import HOOK_POINTS
+from evoharness.harness.hooks.middleware import HOOK_POINTS
 from evoharness.sdk.agent import create_evo_agent
 from evoharness.sdk.testing import ScriptedChatModel
 

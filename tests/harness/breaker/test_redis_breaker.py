@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from evoharness.harness import BreakerConfig, EventLog
-from evoharness.harness.redis_breaker import RedisBreakerBackend
+from evoharness.harness.breaker.redis_backend import RedisBreakerBackend
 
 CFG = BreakerConfig(
     minimum_calls=4, window_size=1000, failure_rate_threshold=0.5, open_duration_s=60
@@ -29,7 +29,7 @@ def test_two_processes_share_state(redis_url: str, redis_prefix: str) -> None:
     assert a.state("item_search:shopee") == "open"
     code = (
         "from evoharness.harness import BreakerConfig;"
-        "from evoharness.harness.redis_breaker import RedisBreakerBackend;"
+        "from evoharness.harness.breaker.redis_backend import RedisBreakerBackend;"
         f"b = RedisBreakerBackend(BreakerConfig(open_duration_s=60), url={redis_url!r}, "
         f"prefix={redis_prefix!r});"
         "p, _ = b.acquire('item_search:shopee'); print(p.allowed, p.state, round(p.retry_after_s))"

@@ -13,7 +13,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from evoharness.harness._messages import ToolResult, observation
-from evoharness.harness.breaker import (
+from evoharness.harness.breaker.state import (
     BreakerBackend,
     BreakerConfig,
     InMemoryBreakerBackend,

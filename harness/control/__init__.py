@@ -1,0 +1,12 @@
+"""Run control: loop detection, drift check and token budget tiers (post_reflect / pre_think)."""
+
+from evoharness.harness.control.drift_check import DriftCheckMiddleware
+from evoharness.harness.control.loop_detection import LoopDetectionMiddleware, detect_loop
+from evoharness.harness.control.token_budget import TokenBudgetMiddleware
+
+__all__ = [
+    "DriftCheckMiddleware",
+    "LoopDetectionMiddleware",
+    "TokenBudgetMiddleware",
+    "detect_loop",
+]

@@ -1,0 +1,229 @@
+"""The artifact registry contract: immutable versions, labels, audited events.
+
+Everything evolve publishes and the runtime reads (guard rules, memory snapshots, prompt
+versions, adapter versions, judge/rubric prompts) is an *artifact*: a ``(kind, name)`` with
+immutable, numbered versions. Labels (``active``, ``candidate``, rollout arms, custom) point at
+versions; moving a label is a promote or a rollback, and every change is an audited
+:class:`RegistryEvent`. Backends: SQLite (embedded default) and PostgreSQL (shared).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from types import TracebackType
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+from evoharness.harness.errors import RunError
+
+EventAction = Literal["publish", "label", "unlabel", "promote", "rollback", "status"]
+
+
+def canonical_json(content: Any) -> str:
+    """The canonical JSON of ``content``: sorted keys, no spaces, UTF-8 kept as is.
+
+    Raises:
+        TypeError: ``content`` is not JSON (convert models with ``model_dump(mode="json")``).
+    """
+    return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def content_hash(content: Any) -> str:
+    """SHA-256 of the canonical JSON of ``content`` (sorted keys, no spaces)."""
+    return "sha256:" + hashlib.sha256(canonical_json(content).encode()).hexdigest()
+
+
+class RegistryError(RunError):
+    """A registry operation failed at run time (a backend error, a lost race)."""
+
+
+class ArtifactNotFound(RegistryError, KeyError):
+    """No such artifact version or label (also a :class:`KeyError`).
+
+    Attributes:
+        kind: The artifact kind looked up.
+        name: The artifact name looked up.
+        version: The version asked for, if one was.
+        label: The label asked for, if one was.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str,
+        name: str,
+        version: int | None = None,
+        label: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.name = name
+        self.version = version
+        self.label = label
+
+    def __str__(self) -> str:
+        # KeyError would print the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+class ArtifactVersion(BaseModel):
+    """One immutable version of an artifact.
+
+    Attributes:
+        kind: What it is: ``guard_rules``, ``memory``, ``prompt``, ``adapter``, ``judge_prompt``,
+            ``rubric_prompt`` (open set).
+        name: The artifact's name within its kind (``shop``, ``policy``, ...).
+        version: 1, 2, 3, ... per ``(kind, name)``; never reused.
+        content: The JSON content (an adapter's content is its metadata: path, checksum, ...).
+        content_hash: :func:`content_hash` of ``content``.
+        metadata: Free metadata (semver, status, changelog, metrics, dataset manifest, ...).
+        author: Who published it.
+        parent: The version it was derived from, if any.
+        created_at: Unix time of publication.
+    """
+
+    kind: str
+    name: str
+    version: int
+    content: Any
+    content_hash: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    author: str = "evoharness"
+    parent: int | None = None
+    created_at: float = 0.0
+
+    @property
+    def ref(self) -> str:
+        """``kind/name@vN``, the form recorded on traces."""
+        return f"{self.kind}/{self.name}@v{self.version}"
+
+
+class RegistryEvent(BaseModel):
+    """One audited change: a publish, a label move, a promote or a rollback."""
+
+    id: int = 0
+    kind: str
+    name: str
+    action: EventAction
+    version: int | None = None
+    label: str | None = None
+    previous: int | None = None
+    actor: str = "evoharness"
+    reason: str = ""
+    at: float = 0.0
+
+
+@runtime_checkable
+class Registry(Protocol):
+    """Publish, read, label, promote and roll back artifact versions."""
+
+    def publish(
+        self,
+        kind: str,
+        name: str,
+        content: Any,
+        *,
+        metadata: dict[str, Any] | None = None,
+        author: str = "evoharness",
+        parent: int | None = None,
+    ) -> ArtifactVersion:
+        """Store a new immutable version (the next number). Publishing content identical to the
+        latest version's returns that version unchanged (no new number, no event)."""
+        ...
+
+    def get(
+        self, kind: str, name: str, version: int | None = None, *, label: str | None = None
+    ) -> ArtifactVersion:
+        """One version: by number, by label, or the latest. Raises ``KeyError`` subclass
+        ``ArtifactNotFound`` when there is none."""
+        ...
+
+    def versions(self, kind: str, name: str) -> list[ArtifactVersion]:
+        """All versions, oldest first."""
+        ...
+
+    def names(self, kind: str) -> list[str]:
+        """Artifact names of one kind."""
+        ...
+
+    def labels(self, kind: str, name: str) -> dict[str, int]:
+        """Label -> version."""
+        ...
+
+    def set_label(
+        self,
+        kind: str,
+        name: str,
+        label: str,
+        version: int,
+        *,
+        actor: str = "evoharness",
+        reason: str = "",
+    ) -> RegistryEvent:
+        """Point ``label`` at ``version`` (audited)."""
+        ...
+
+    def promote(
+        self,
+        kind: str,
+        name: str,
+        version: int,
+        *,
+        label: str = "active",
+        actor: str = "evoharness",
+        reason: str = "",
+    ) -> RegistryEvent:
+        """Make ``version`` the one ``label`` serves (audited; the previous one is remembered)."""
+        ...
+
+    def rollback(
+        self,
+        kind: str,
+        name: str,
+        *,
+        label: str = "active",
+        actor: str = "evoharness",
+        reason: str = "",
+    ) -> RegistryEvent:
+        """Point ``label`` back at the version it served before the last promote (audited)."""
+        ...
+
+    def diff(self, kind: str, name: str, a: int, b: int) -> str:
+        """A unified diff of two versions' canonical JSON content."""
+        ...
+
+    def events(
+        self, kind: str | None = None, name: str | None = None, *, since: float | None = None
+    ) -> list[RegistryEvent]:
+        """The audit log, oldest first."""
+        ...
+
+    def unlabel(
+        self, kind: str, name: str, label: str, *, actor: str = "evoharness", reason: str = ""
+    ) -> RegistryEvent:
+        """Remove ``label`` and its history (audited)."""
+        ...
+
+    def schema_version(self) -> int:
+        """The version of the backend's schema (migrations applied on open)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...
+
+    def __enter__(self) -> Registry:
+        """The registry itself; closed when the ``with`` block ends."""
+        ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the registry."""
+        ...

@@ -1,0 +1,372 @@
+"""The artifact registry on SQLite and on a real PostgreSQL (own database, dropped after)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evoharness.harness.errors import ConfigError, EvoharnessError, MissingExtraError, RunError
+from evoharness.sdk.registry import (
+    ActiveArtifact,
+    ArtifactNotFound,
+    ArtifactVersion,
+    Registry,
+    RegistryError,
+    SQLiteRegistry,
+    content_hash,
+    open_registry,
+)
+
+POSTGRES_URL = os.environ.get(
+    "EVOHARNESS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _with_db(url: str, database: str) -> str:
+    base, _, _ = url.rpartition("/")
+    return f"{base}/{database}"
+
+
+@pytest.fixture(scope="module")
+def postgres_db() -> Iterator[str]:
+    """A database of our own on the shared server: fails in CI when none answers, skips
+    (visibly) elsewhere; dropped at the end."""
+    try:
+        import psycopg
+    except ImportError:
+        if _in_ci():
+            pytest.fail("psycopg missing in CI: pip install 'evoharness[postgres]'")
+        pytest.skip("psycopg not installed: pip install 'evoharness[postgres]'")
+    try:
+        admin = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=2)
+    except psycopg.Error as exc:
+        if _in_ci():
+            pytest.fail(f"PostgreSQL is mandatory in CI but {POSTGRES_URL} did not answer: {exc}")
+        pytest.skip(f"no PostgreSQL at {POSTGRES_URL} ({exc}); PostgreSQL tests run in CI")
+    database = f"evoharness_test_{uuid.uuid4().hex[:12]}"
+    with admin:
+        admin.execute(f"CREATE DATABASE {database}")
+        try:
+            yield _with_db(POSTGRES_URL, database)
+        finally:
+            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def registry_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty registry location per test: a SQLite file, or a PostgreSQL schema of
+    its own (search_path) in the module's database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "registry.db")
+    import psycopg
+
+    url: str = request.getfixturevalue("postgres_db")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    return f"{url}?options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture
+def reg(registry_url: str) -> Iterator[Registry]:
+    registry = open_registry(registry_url)
+    yield registry
+    registry.close()
+
+
+# -- publish, read, list ----------------------------------------------------------------------
+def test_publish_get_versions_names_labels(reg: Registry) -> None:
+    v1 = reg.publish("prompt", "system", {"text": "Be brief."}, metadata={"semver": "1.0.0"})
+    v2 = reg.publish(
+        "prompt", "system", {"text": "Be brief and kind."}, author="alice", parent=v1.version
+    )
+    reg.publish("prompt", "judge", {"text": "Grade it."})
+    reg.publish("guard_rules", "shop", {"rules": []})
+
+    assert (v1.version, v2.version) == (1, 2)
+    assert v1.content_hash == content_hash({"text": "Be brief."})
+    assert v2.author == "alice" and v2.parent == 1 and v2.created_at >= v1.created_at > 0
+    assert v2.ref == "prompt/system@v2"
+    assert reg.get("prompt", "system") == v2  # latest
+    assert reg.get("prompt", "system", 1) == v1
+    assert reg.get("prompt", "system", 1).metadata == {"semver": "1.0.0"}
+    assert [v.version for v in reg.versions("prompt", "system")] == [1, 2]
+    assert reg.versions("prompt", "nothing") == []
+    assert reg.names("prompt") == ["judge", "system"]
+    assert reg.names("adapter") == []
+    assert reg.labels("prompt", "system") == {}
+    reg.set_label("prompt", "system", "candidate", 2)
+    reg.promote("prompt", "system", 1)
+    assert reg.labels("prompt", "system") == {"active": 1, "candidate": 2}
+    assert reg.get("prompt", "system", label="candidate").content == {"text": "Be brief and kind."}
+    assert isinstance(reg, Registry)
+
+
+def test_identical_content_to_latest_returns_it(reg: Registry) -> None:
+    a = reg.publish("memory", "shop", [{"id": "x", "n": 1}])
+    again = reg.publish("memory", "shop", [{"n": 1, "id": "x"}])  # same canonical JSON
+    assert again == a and len(reg.versions("memory", "shop")) == 1
+    assert [e.action for e in reg.events("memory", "shop")] == ["publish"]
+    b = reg.publish("memory", "shop", [])
+    back = reg.publish("memory", "shop", [{"id": "x", "n": 1}])  # equal to v1, not the latest
+    assert (b.version, back.version) == (2, 3) and back.content_hash == a.content_hash
+
+
+def test_content_must_be_json_and_parent_must_exist(reg: Registry) -> None:
+    with pytest.raises(ConfigError, match="model_dump"):
+        reg.publish("prompt", "p", {"when": object()})
+    with pytest.raises(ConfigError, match="non-empty"):
+        reg.publish("", "p", {})
+    with pytest.raises(ArtifactNotFound, match="no version 7"):
+        reg.publish("prompt", "p", {"a": 1}, parent=7)
+    assert reg.versions("prompt", "p") == []
+
+
+# -- labels, promote, rollback ----------------------------------------------------------------
+def test_promote_rollback_walks_back_through_history(reg: Registry) -> None:
+    for text in ("one", "two", "three"):
+        v = reg.publish("prompt", "p", {"text": text})
+        reg.promote("prompt", "p", v.version, reason=f"ship {text}")
+    assert reg.get("prompt", "p", label="active").version == 3
+    first = reg.rollback("prompt", "p", reason="regression")
+    assert (first.version, first.previous, first.action) == (2, 3, "rollback")
+    second = reg.rollback("prompt", "p")
+    assert (second.version, second.previous) == (1, 2)  # further back, not back to 3
+    assert reg.labels("prompt", "p") == {"active": 1}
+    with pytest.raises(ArtifactNotFound, match="no earlier version") as err:
+        reg.rollback("prompt", "p")
+    assert err.value.label == "active"
+    reg.promote("prompt", "p", 3)
+    assert reg.rollback("prompt", "p").version == 1  # the history is now [1, 3]
+
+
+def test_labels_are_independent_and_unlabel(reg: Registry) -> None:
+    for text in ("a", "b"):
+        reg.publish("adapter", "policy", {"path": text})
+    reg.promote("adapter", "policy", 1)
+    reg.promote("adapter", "policy", 2, label="candidate")
+    reg.promote("adapter", "policy", 1, label="candidate")
+    assert reg.rollback("adapter", "policy", label="candidate").version == 2
+    assert reg.labels("adapter", "policy") == {"active": 1, "candidate": 2}
+    unchanged = reg.promote("adapter", "policy", 1)
+    assert unchanged.id == 0 and unchanged.reason == "unchanged"
+    gone = reg.unlabel("adapter", "policy", "candidate", reason="experiment over")
+    assert (gone.action, gone.previous) == ("unlabel", 2)
+    assert reg.labels("adapter", "policy") == {"active": 1}
+    with pytest.raises(ArtifactNotFound, match="no label 'candidate'"):
+        reg.get("adapter", "policy", label="candidate")
+    with pytest.raises(ArtifactNotFound, match="no such label"):
+        reg.rollback("adapter", "policy", label="candidate")
+    with pytest.raises(ArtifactNotFound):
+        reg.promote("adapter", "policy", 9)
+
+
+def test_audit_log_records_every_change(reg: Registry) -> None:
+    reg.publish("guard_rules", "shop", {"rules": ["a"]}, author="evolve:cycle")
+    reg.publish("guard_rules", "shop", {"rules": ["a"]})  # dedupe: no event
+    reg.publish("guard_rules", "shop", {"rules": ["a", "b"]}, author="evolve:cycle")
+    reg.promote("guard_rules", "shop", 1, actor="ops")
+    cutoff = reg.events()[-1].at
+    reg.promote("guard_rules", "shop", 2, actor="evolve:cycle", reason="new rule b")
+    reg.set_label("guard_rules", "shop", "candidate", 2, actor="ops")
+    reg.rollback("guard_rules", "shop", actor="ops", reason="b over-redacts")
+    reg.publish("prompt", "other", {"x": 1})
+
+    log = reg.events("guard_rules", "shop")
+    assert [(e.action, e.version, e.label, e.previous, e.actor) for e in log] == [
+        ("publish", 1, None, None, "evolve:cycle"),
+        ("publish", 2, None, None, "evolve:cycle"),
+        ("promote", 1, "active", None, "ops"),
+        ("promote", 2, "active", 1, "evolve:cycle"),
+        ("label", 2, "candidate", None, "ops"),
+        ("rollback", 1, "active", 2, "ops"),
+    ]
+    assert log[3].reason == "new rule b" and log[5].reason == "b over-redacts"
+    assert [e.id for e in log] == sorted({e.id for e in log})
+    assert all(b.at >= a.at for a, b in itertools.pairwise(log))
+    everything = reg.events()
+    assert len(everything) == 7 and [e.action for e in reg.events("prompt")] == ["publish"]
+    recent = reg.events(since=cutoff)  # the cutoff is the first promote's time
+    assert all(e.at >= cutoff for e in recent)
+    assert [e.id for e in recent][-5:] == [e.id for e in everything[2:]]
+
+
+def test_diff_is_unified_over_sorted_json(reg: Registry) -> None:
+    reg.publish("prompt", "p", {"sections": {"role": "shopper", "rules": ["a"]}, "v": 1})
+    reg.publish("prompt", "p", {"v": 1, "sections": {"role": "shopper", "rules": ["a", "b"]}})
+    diff = reg.diff("prompt", "p", 1, 2)
+    lines = diff.splitlines()
+    assert lines[:2] == ["--- prompt/p@v1", "+++ prompt/p@v2"]
+    assert '-      "a"' in lines and '+      "a",' in lines and '+      "b"' in lines
+    assert reg.diff("prompt", "p", 2, 2) == ""
+    with pytest.raises(ArtifactNotFound):
+        reg.diff("prompt", "p", 1, 3)
+
+
+# -- errors -------------------------------------------------------------------------------------
+def test_missing_versions_raise_key_error_subclass(reg: Registry) -> None:
+    with pytest.raises(KeyError) as err:
+        reg.get("prompt", "nope")
+    assert isinstance(err.value, ArtifactNotFound) and isinstance(err.value, RunError)
+    assert "nothing was published" in str(err.value) and not str(err.value).startswith("'")
+    reg.publish("prompt", "p", {})
+    with pytest.raises(ArtifactNotFound, match="has no version 5") as err2:
+        reg.get("prompt", "p", 5)
+    assert (err2.value.kind, err2.value.name, err2.value.version) == ("prompt", "p", 5)
+    with pytest.raises(ConfigError, match="not both"):
+        reg.get("prompt", "p", 1, label="active")
+
+
+def test_errors_pickle_with_attributes() -> None:
+    err = ArtifactNotFound("no label", kind="prompt", name="p", version=3, label="active")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is ArtifactNotFound and str(back) == "no label"
+    assert (back.kind, back.name, back.version, back.label) == ("prompt", "p", 3, "active")
+    assert isinstance(back, KeyError) and isinstance(back, EvoharnessError)
+    plain = pickle.loads(pickle.dumps(RegistryError("lost")))
+    assert str(plain) == "lost" and isinstance(plain, RunError)
+
+
+# -- concurrency --------------------------------------------------------------------------------
+_WORKER = """
+import sys, time
+from pathlib import Path
+from evoharness.sdk.registry import open_registry
+
+url, tag, go, n = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
+reg = open_registry(url)
+Path(go.parent / f"ready-{tag}").touch()
+while not go.exists():  # start together
+    time.sleep(0.01)
+print(" ".join(str(reg.publish("prompt", "race", {"by": tag, "i": i}).version) for i in range(n)))
+reg.close()
+"""
+
+
+def test_concurrent_publishers_in_two_processes_get_distinct_versions(
+    registry_url: str, tmp_path: Path
+) -> None:
+    open_registry(registry_url).close()  # schema in place before the race
+    go, n = tmp_path / "go", 15
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, registry_url, tag, str(go), str(n)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for tag in ("a", "b")
+    ]
+    while not all((tmp_path / f"ready-{t}").exists() for t in "ab"):
+        if any(p.poll() is not None for p in procs):
+            break
+        threading.Event().wait(0.01)
+    go.touch()
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    got = [[int(x) for x in out.split()] for out, _ in outs]
+    assert sorted(got[0] + got[1]) == list(range(1, 2 * n + 1))
+    assert all(g == sorted(g) for g in got)  # each writer sees its numbers increase
+    with open_registry(registry_url) as reg:
+        versions = reg.versions("prompt", "race")
+        assert len({v.content_hash for v in versions}) == 2 * n
+        assert len(reg.events("prompt", "race")) == 2 * n
+
+
+def test_threads_share_one_registry(reg: Registry) -> None:
+    numbers: list[int] = []
+
+    def work(tag: int) -> None:
+        for i in range(10):
+            numbers.append(reg.publish("memory", "t", {"t": tag, "i": i}).version)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(numbers) == list(range(1, 41))
+
+
+# -- schema, URLs, runtime reads ----------------------------------------------------------------
+def test_schema_version_table_and_reopen(registry_url: str) -> None:
+    first = open_registry(registry_url)
+    first.publish("prompt", "p", {"a": 1})
+    assert first.schema_version() == 1
+    first.close()
+    with open_registry(registry_url) as again:
+        assert again.schema_version() == 1 and again.get("prompt", "p").content == {"a": 1}
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    SQLiteRegistry(path).close()
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO registry_schema VALUES (99, 0)")
+    with pytest.raises(ConfigError, match="upgrade evoharness"):
+        SQLiteRegistry(path)
+
+
+def test_open_registry_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with open_registry("sqlite:///rel.db") as rel:
+        rel.publish("k", "n", 1)
+    assert (tmp_path / "rel.db").exists()
+    with open_registry(f"sqlite:///{tmp_path}/abs.db") as absolute:
+        assert isinstance(absolute, SQLiteRegistry)
+    assert (tmp_path / "abs.db").exists()
+    with open_registry(tmp_path / "sub" / "p.db") as by_path:
+        assert by_path.names("k") == []
+    with open_registry("sqlite://") as memory:
+        assert memory.publish("k", "n", {}).version == 1
+    with pytest.raises(ConfigError, match="unknown registry URL scheme 'mysql'"):
+        open_registry("mysql://x/y")
+    with pytest.raises(RegistryError, match="cannot connect to PostgreSQL") as err:
+        open_registry("postgresql://nobody:secret@127.0.0.1:1/none")
+    assert "secret" not in str(err.value)
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    with pytest.raises(MissingExtraError, match=r"evoharness\[postgres\]"):
+        open_registry("postgresql://127.0.0.1/x")
+
+
+def test_active_artifact_follows_promote_and_rollback(reg: Registry) -> None:
+    parsed: list[int] = []
+
+    def parse(v: ArtifactVersion) -> Any:
+        parsed.append(v.version)
+        return v.content["rules"]
+
+    active: ActiveArtifact[list[str]] = ActiveArtifact(
+        reg, "guard_rules", "shop", parse=parse, default=[], refresh_s=0
+    )
+    assert active() == [] and active.version is None
+    for rules in (["a"], ["a", "b"]):
+        reg.promote(
+            "guard_rules", "shop", reg.publish("guard_rules", "shop", {"rules": rules}).version
+        )
+        assert active() == rules
+    assert active() == ["a", "b"] and parsed == [1, 2]  # parsed once per version
+    reg.rollback("guard_rules", "shop")
+    assert active() == ["a"] and active.version is not None and active.version.version == 1
+    slow: ActiveArtifact[list[str]] = ActiveArtifact(
+        reg, "guard_rules", "shop", parse=parse, default=[], refresh_s=3600
+    )
+    assert slow() == ["a"]
+    reg.promote("guard_rules", "shop", 2)
+    assert slow() == ["a"]  # cached until refresh_s passes

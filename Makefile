@@ -24,8 +24,8 @@ demo: $(STAMP)
 	$(BIN)/evoharness demo
 
 lint: $(STAMP) $(TYPECHECK)
-	$(BIN)/ruff check $(PKGS) examples tests bench
-	$(BIN)/ruff format --check $(PKGS) examples tests bench
+	$(BIN)/ruff check $(PKGS) examples tests
+	$(BIN)/ruff format --check $(PKGS) examples tests
 	$(BIN)/mypy -p evoharness.sdk -p evoharness.harness -p evoharness.evolve
 
 pytest: $(STAMP)

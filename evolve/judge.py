@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 from evoharness.evolve._json import extract_json
 from evoharness.evolve.rubric import Rubric, RubricItem
 from evoharness.evolve.traces import Episode
-from evoharness.harness import EvoharnessError
+from evoharness.harness.errors import RunError
 from evoharness.harness.tracing.masking import SECRET_PATTERNS, Masker
 
 JUDGE_PROMPT_VERSION = "judge-v1"
@@ -51,7 +51,7 @@ class Verdict(BaseModel):
     items: list[ItemResult] = Field(default_factory=list)
 
 
-class JudgeFailure(EvoharnessError):
+class JudgeFailure(RunError):
     """The judge could not produce a verdict (e.g. unparsable output after retries).
 
     Attributes:

@@ -25,6 +25,7 @@ from evoharness.harness.errors import (
     EvoharnessError,
     HookError,
     MissingExtraError,
+    RunError,
     ScriptExhaustedError,
 )
 from evoharness.harness.events import EventLog, HarnessEvent
@@ -83,6 +84,7 @@ __all__ = [
     "ReferenceMiddleware",
     "ReferenceProvider",
     "Reject",
+    "RunError",
     "ScriptExhaustedError",
     "SessionScope",
     "StepAssertion",

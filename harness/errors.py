@@ -1,14 +1,37 @@
 """Exception hierarchy shared by every evoharness package.
 
-One root, :class:`EvoharnessError`, split into misuse (raised at construction, the caller
-must change something) and runtime failures. Control-flow signals are not errors.
+One root, :class:`EvoharnessError`, with two branches: :class:`ConfigError` for misuse and
+configuration (raised at construction, the caller must change something) and
+:class:`RunError` for run-time failures. Control-flow signals are not errors.
 """
 
 from __future__ import annotations
 
 
 class EvoharnessError(Exception):
-    """Root of every exception raised by evoharness."""
+    """Root of every exception raised by evoharness.
+
+    Every subclass pickles with its attributes (exceptions cross process and Ray boundaries):
+    :meth:`__reduce__` rebuilds the exception from its message and instance attributes, so a
+    subclass whose ``__init__`` takes keyword-only arguments needs no code of its own.
+    """
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild(
+    cls: type[EvoharnessError], args: tuple[object, ...], state: dict[str, object]
+) -> EvoharnessError:
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, *args)
+    exc.__dict__.update(state)
+    return exc
+
+
+class RunError(EvoharnessError, RuntimeError):
+    """A failure while running (a hook, a judge, a backend): the input was valid, the work
+    failed. Carries structured attributes; never raised for misuse."""
 
 
 class ConfigError(EvoharnessError, ValueError):
@@ -41,7 +64,7 @@ class MissingExtraError(ConfigError, ImportError):
         )
 
 
-class HookError(EvoharnessError):
+class HookError(RunError):
     """A hook failed and the configured policy says the run must fail.
 
     Attributes:
@@ -55,7 +78,7 @@ class HookError(EvoharnessError):
         self.hook = hook
 
 
-class ScriptExhaustedError(EvoharnessError, RuntimeError):
+class ScriptExhaustedError(RunError):
     """A :class:`~evoharness.sdk.testing.ScriptedChatModel` was called after its last reply.
 
     Attributes:

@@ -47,3 +47,32 @@ def test_missing_extra_names_the_install_line() -> None:
         harness.require_extra("definitely_not_installed_mod", extra="train", feature="Training")
     assert "pip install 'evoharness[train]'" in str(err.value)
     assert err.value.extra == "train"
+
+
+def test_every_public_exception_pickles_with_its_attributes() -> None:
+    import pickle
+
+    from evoharness.evolve.judge import JudgeFailure
+    from evoharness.harness import (
+        ConfigError,
+        HookError,
+        MissingExtraError,
+        RunError,
+        ScriptExhaustedError,
+    )
+
+    samples = [
+        ConfigError("bad option", field="x"),
+        MissingExtraError(extra="ray", module="ray", feature="Ray executor"),
+        HookError("hook failed", point="pre_tool_call", hook="h"),
+        ScriptExhaustedError(3),
+        RunError("failed"),
+        JudgeFailure("unparsable", trace_id="t1", attempts=2),
+    ]
+    for exc in samples:
+        back = pickle.loads(pickle.dumps(exc))
+        assert type(back) is type(exc)
+        assert str(back) == str(exc)
+        assert back.__dict__ == exc.__dict__
+    assert issubclass(HookError, RunError)
+    assert not issubclass(RunError, ConfigError)

@@ -13,8 +13,8 @@ from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langsmith import tracing_context
 
+from evoharness.evolve.benchmarks.overhead import _tools, loop_policy
 from evoharness.harness import HarnessConfig, default_middleware
-from evoharness.sdk.benchmarks.overhead import _tools, loop_policy
 from evoharness.sdk.runtime import inline_untraced_bookkeeping, run_inline_when_untraced
 from evoharness.sdk.testing import ScriptedChatModel
 

@@ -310,7 +310,7 @@ def test_projection_keeps_envelope_fields() -> None:
 
 
 def test_context_benchmark_smoke() -> None:
-    from evoharness.sdk.benchmarks import context as bench
+    from evoharness.evolve.benchmarks import context as bench
 
     lines: list[str] = []
     results = bench.run(rounds=40, budget=8000, echo=lines.append)

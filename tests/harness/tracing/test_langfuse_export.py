@@ -186,7 +186,7 @@ def test_sampling_keeps_whole_traces(tmp_path: Path, standin: LangfuseStandIn) -
 
 
 def test_tracing_benchmark_smoke() -> None:
-    from evoharness.sdk.benchmarks import tracing
+    from evoharness.evolve.benchmarks import tracing
 
     lines: list[str] = []
     result = tracing.run(total=600, outage_s=0.5, echo=lines.append)

@@ -151,7 +151,7 @@ def run(
             "--latency",
             str(latency_s),
             "--reply",
-            "evoharness.evolve.bench_judge:vote_reply",
+            "evoharness.evolve.benchmarks.judge:vote_reply",
         ],
         stdout=subprocess.PIPE,
         text=True,

@@ -1,17 +1,10 @@
-"""The ``evoharness`` command line.
-
-Commands take ``argv`` and return an exit code: 0 on success, 1 when the work failed, 2 for
-bad arguments (one clear line on stderr).
-"""
+"""``evoharness run``: run an environment's split through ``create_agent`` and print a table."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
-from collections.abc import Sequence
-from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated
 
@@ -20,43 +13,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from evoharness.harness import ConfigError
 from evoharness.harness.tracing import Tracer, TraceStore
-from evoharness.sdk.cli_traces import TRACE_DB
-from evoharness.sdk.cli_traces import app as traces_app
+from evoharness.sdk.cli.traces import TRACE_DB
 from evoharness.sdk.environment import load_environment
 from evoharness.sdk.models import model_factory
 from evoharness.sdk.runner import RunReport, TaskResult, run_tasks, write_results
-from evoharness.sdk.runtime import inline_untraced_bookkeeping
 
-app = typer.Typer(
-    name="evoharness",
-    help="Run agents inside the evoharness harness and evolve them from their traces.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-bench_app = typer.Typer(
-    help="Benchmarks that compare against a baseline in the same run.", no_args_is_help=True
-)
-app.add_typer(bench_app, name="bench")
-app.add_typer(traces_app, name="traces")
 console = Console(soft_wrap=True)  # long report lines stay one line when piped
-
-
-def _version(value: bool) -> None:
-    if value:
-        console.print(f"evoharness {version('evoharness')}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _root(
-    show_version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print version.")
-    ] = False,
-) -> None:
-    """evoharness: a production harness for LangChain agents."""
 
 
 def results_table(title: str, reports: dict[str, RunReport]) -> Table:
@@ -155,7 +118,6 @@ def execute_run(
     return RunReport.of(results), results
 
 
-@app.command()
 def run(
     env: Annotated[str, typer.Option(help="Environment name.")] = "shop",
     split: Annotated[str, typer.Option(help="Task split: train, val or test.")] = "val",
@@ -199,76 +161,3 @@ def run(
     console.print(f"per-task results: {out}")
     if trace:
         console.print(f"traces: {trace_db} (see: evoharness traces list)")
-
-
-@bench_app.command("overhead")
-def bench_overhead(
-    rounds: Annotated[int, typer.Option(min=1)] = 50,
-    reps: Annotated[int, typer.Option(min=1)] = 40,
-    detail: Annotated[
-        bool, typer.Option(help="Also time harness + tracing, and each behaviour's cost.")
-    ] = False,
-) -> None:
-    """Bare create_agent vs. the full harness on a scripted tool loop."""
-    from evoharness.sdk.benchmarks import overhead
-
-    overhead.run(rounds=rounds, reps=reps, echo=console.print, detail=detail)
-
-
-@bench_app.command("tracing")
-def bench_tracing(
-    observations: Annotated[int, typer.Option(min=100)] = 10_000,
-    outage_s: Annotated[float, typer.Option(min=0.0)] = 30.0,
-) -> None:
-    """8 sessions through a Langfuse outage: local outbox + exporter vs. the SDK direct."""
-    from evoharness.sdk.benchmarks import tracing
-
-    tracing.run(total=observations, outage_s=outage_s, echo=console.print)
-
-
-@bench_app.command("context")
-def bench_context(
-    rounds: Annotated[int, typer.Option(min=10)] = 200,
-    budget: Annotated[int, typer.Option(min=1000)] = 30_000,
-) -> None:
-    """A long bulky session: no compression vs LangChain summarization vs ours."""
-    from evoharness.sdk.benchmarks import context
-
-    context.run(rounds=rounds, budget=budget, echo=console.print)
-
-
-@bench_app.command("all")
-def bench_all() -> None:
-    """Every benchmark, one after another."""
-    bench_overhead(rounds=50, reps=40, detail=True)
-    bench_tracing(observations=10_000, outage_s=30.0)
-    bench_context(rounds=200, budget=30_000)
-    judge = getattr(sys.modules.get("evoharness.evolve.cli"), "bench_judge", None)
-    if judge is not None:  # registered by the full CLI (evolve is the layer above)
-        judge(episodes=500, latency_s=0.1)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: run the CLI on ``argv`` and return the exit code."""
-    args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
-    inline_untraced_bookkeeping()  # this process is ours: cheaper async middleware
-    try:
-        result = app(args=args, prog_name="evoharness", standalone_mode=False)
-    except typer.Exit as exc:
-        return exc.exit_code
-    except typer.Abort:
-        console.print("aborted", style="red")
-        return 130
-    except typer.TyperException as exc:  # click usage errors: bad option, bad value
-        sys.stderr.write(f"evoharness: error: {exc.format_message()}\n")
-        return 2 if exc.exit_code == 2 else 1
-    except ConfigError as exc:
-        sys.stderr.write(f"evoharness: error: {exc}\n")
-        return 2
-    finally:
-        inline_untraced_bookkeeping(False)
-    return result if isinstance(result, int) else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,24 +1,17 @@
-"""The full ``evoharness`` command line: the SDK's commands plus ``evolve`` and ``demo``.
-
-The console script points here (evolve is the top layer; the SDK's CLI does not import
-evolve). ``main(argv)`` returns an exit code like the SDK's.
-"""
+"""``evoharness evolve``: judge traces, route cases, curate memory and guard rules."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from evoharness.evolve.curation import RuleProposer
 from evoharness.evolve.cycle import run_cycle, summarize
-from evoharness.evolve.demo import Phase, run_demo
 from evoharness.evolve.jobs import JudgePool, judge_episodes
 from evoharness.evolve.judge import DEFAULT_CHECKS, Judge, RuleJudge
 from evoharness.evolve.memory import MemoryStore
@@ -29,14 +22,12 @@ from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk import cli as sdk_cli
-from evoharness.sdk.cli_traces import TRACE_DB
+from evoharness.sdk.cli.traces import TRACE_DB
 
-app = sdk_cli.app
 console = sdk_cli.console
-evolve_app = typer.Typer(
+app = typer.Typer(
     help="Judge traces, route cases, curate memory and guard rules.", no_args_is_help=True
 )
-app.add_typer(evolve_app, name="evolve")
 HOME = Path(".evoharness")
 DbOption = Annotated[Path, typer.Option("--db", help="Local trace store (SQLite).")]
 StateOption = Annotated[Path, typer.Option(help="Evolve state (SQLite).")]
@@ -88,7 +79,7 @@ def _source(db: Path) -> LocalTraceSource:
     return LocalTraceSource(TraceStore(db))
 
 
-@evolve_app.command()
+@app.command()
 def judge(
     db: DbOption = TRACE_DB,
     state: StateOption = HOME / "evolve.db",
@@ -136,7 +127,7 @@ def judge(
     console.print(f"judged={report.judged} skipped={report.skipped} failed={report.failed}")
 
 
-@evolve_app.command()
+@app.command()
 def route(
     db: DbOption = TRACE_DB, state: StateOption = HOME / "evolve.db", tag: TagOption = None
 ) -> None:
@@ -154,7 +145,7 @@ def route(
     console.print(table)
 
 
-@evolve_app.command()
+@app.command()
 def memory(
     action: Annotated[str, typer.Argument(help="list, versions, export, import, restore")] = "list",
     target: Annotated[str | None, typer.Argument(help="file (export/import) or version")] = None,
@@ -193,7 +184,7 @@ def memory(
         raise ConfigError(f"bad memory command {action!r} {target or ''}".strip(), field="action")
 
 
-@evolve_app.command()
+@app.command()
 def guard(
     action: Annotated[str, typer.Argument(help="show or rollback")] = "show",
     directory: Annotated[Path, typer.Option(help="Rule files")] = HOME / "guard_rules",
@@ -210,7 +201,7 @@ def guard(
         console.print(f"- {r.name}: {r.pattern} ({r.action}, {r.source})")
 
 
-@evolve_app.command()
+@app.command()
 def cycle(
     db: DbOption = TRACE_DB,
     state: StateOption = HOME / "evolve.db",
@@ -245,76 +236,3 @@ def cycle(
     console.print(table)
     if report.guard_diff:
         console.print(report.guard_diff)
-
-
-@sdk_cli.bench_app.command("judge")
-def bench_judge(
-    episodes: Annotated[int, typer.Option(min=10)] = 500,
-    latency_s: Annotated[float, typer.Option(min=0.0)] = 0.1,
-) -> None:
-    """Judge throughput at concurrency 1 and 32 against a 100 ms endpoint."""
-    from evoharness.evolve import bench_judge as bench
-
-    bench.run(n=episodes, latency_s=latency_s, echo=console.print)
-
-
-@app.command()
-def demo(
-    train_limit: Annotated[int | None, typer.Option(min=1)] = None,
-    val_limit: Annotated[int | None, typer.Option(min=1)] = None,
-) -> None:
-    """The main job: shop val before, train, one evolve cycle, val after (SIMULATED policy)."""
-    result = run_demo(
-        train_limit=train_limit,
-        val_limit=val_limit,
-        on_phase=lambda msg: console.print(f"[dim]{msg}[/dim]"),
-    )
-    table = Table(title="shop · val · offline policy (SIMULATED)")
-    table.add_column("metric")
-    for p in result.phases:
-        table.add_column(p.label, justify="right")
-    rows: list[tuple[str, Callable[[Phase], str]]] = [
-        ("success rate", lambda p: f"{p.report.success_rate:.1%}"),
-        ("mean score", lambda p: f"{p.report.mean_score:.3f}"),
-        ("P0 rate (rule judge)", lambda p: f"{p.p0_rate:.1%}"),
-        ("tokens / task", lambda p: f"{p.report.mean_tokens:,.0f}"),
-        ("model calls / task", lambda p: f"{p.report.mean_model_calls:.1f}"),
-        ("crashed runs", lambda p: str(p.report.errors)),
-    ]
-    for name, cell in rows:
-        table.add_row(name, *(cell(p) for p in result.phases))
-    kinds = sorted({k for p in result.phases for k in p.report.failure_counts})
-    for k in kinds:
-        table.add_row(
-            f"failure: {k}", *(str(p.report.failure_counts.get(k, 0)) for p in result.phases)
-        )
-    console.print(table)
-    c = result.cycle
-    console.print(
-        f"evolve cycle on the train traces: {c.episodes} episodes judged "
-        f"({c.judge.failed} judge failures); routed {c.routed}; memory "
-        f"v{c.memory_version}: {c.strategies} strategies, {c.lessons} lessons; "
-        f"guard rules v{c.guard_version}"
-    )
-    console.print("learned (top entries):")
-    strategies = [e for e in result.learned if e.kind == "strategy"][:3]
-    lessons = [e for e in result.learned if e.kind == "lesson"][:7]
-    for e in [*strategies, *lessons]:
-        hint = "; ".join(e.avoid_hints) or e.summary
-        console.print(
-            f"  {escape(f'[{e.kind}]')} ({e.query_pattern}) {escape(hint)}  "
-            f"[dim]conf {e.confidence:.2f}, {len(e.references)} traces[/dim]"
-        )
-    console.print(
-        "The offline policy is a simulator whose mistakes drop when a lesson names the step "
-        "it skips. This demonstrates the mechanics of the loop, not gains on real models."
-    )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``evoharness`` command."""
-    return sdk_cli.main(argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

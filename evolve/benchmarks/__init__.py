@@ -1,0 +1,1 @@
+"""Benchmarks (`evoharness bench <name>`); each prints a machine-readable last line."""

@@ -1,0 +1,76 @@
+"""``evoharness bench``: every benchmark, each against a baseline in the same run.
+
+Each benchmark module lives in :mod:`evoharness.evolve.benchmarks` and prints a machine-readable
+last line (``key=value ...``). Commands import their module lazily so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from evoharness.sdk.cli import console
+
+app = typer.Typer(
+    help="Benchmarks that compare against a baseline in the same run.", no_args_is_help=True
+)
+
+
+@app.command("overhead")
+def bench_overhead(
+    rounds: Annotated[int, typer.Option(min=1)] = 50,
+    reps: Annotated[int, typer.Option(min=1)] = 40,
+    detail: Annotated[
+        bool, typer.Option(help="Also time harness + tracing, and each behaviour's cost.")
+    ] = False,
+) -> None:
+    """Bare create_agent vs. the full harness on a scripted tool loop."""
+    from evoharness.evolve.benchmarks import overhead
+
+    overhead.run(rounds=rounds, reps=reps, echo=console.print, detail=detail)
+
+
+@app.command("tracing")
+def bench_tracing(
+    observations: Annotated[int, typer.Option(min=100)] = 10_000,
+    outage_s: Annotated[float, typer.Option(min=0.0)] = 30.0,
+) -> None:
+    """8 sessions through a Langfuse outage: local outbox + exporter vs. the SDK direct."""
+    from evoharness.evolve.benchmarks import tracing
+
+    tracing.run(total=observations, outage_s=outage_s, echo=console.print)
+
+
+@app.command("context")
+def bench_context(
+    rounds: Annotated[int, typer.Option(min=10)] = 200,
+    budget: Annotated[int, typer.Option(min=1000)] = 30_000,
+) -> None:
+    """A long bulky session: no compression vs LangChain summarization vs ours."""
+    from evoharness.evolve.benchmarks import context
+
+    context.run(rounds=rounds, budget=budget, echo=console.print)
+
+
+@app.command("judge")
+def bench_judge(
+    episodes: Annotated[int, typer.Option(min=10)] = 500,
+    latency_s: Annotated[float, typer.Option(min=0.0)] = 0.1,
+) -> None:
+    """Judge throughput at concurrency 1 and 32 against a 100 ms endpoint."""
+    from evoharness.evolve.benchmarks import judge
+
+    judge.run(n=episodes, latency_s=latency_s, echo=console.print)
+
+
+# Register new benchmarks above this line (one ``@app.command("<name>")`` function each).
+
+
+@app.command("all")
+def bench_all() -> None:
+    """The quick benchmarks, one after another (the minutes-long ones run on their own)."""
+    bench_overhead(rounds=50, reps=40, detail=True)
+    bench_tracing(observations=10_000, outage_s=30.0)
+    bench_context(rounds=200, budget=30_000)
+    bench_judge(episodes=500, latency_s=0.1)

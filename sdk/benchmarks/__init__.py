@@ -1,1 +1,0 @@
-"""Benchmarks runnable from the CLI (``evoharness bench ...``); ``bench/`` holds wrappers."""

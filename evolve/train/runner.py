@@ -26,14 +26,14 @@ from evoharness.evolve.train.model import (
     require_training,
     training_chat_template,
 )
-from evoharness.harness import ConfigError, EvoharnessError
+from evoharness.harness import ConfigError, RunError
 from evoharness.sdk.registry.base import content_hash
 
 Progress = Callable[[int, int, dict[str, float]], None]
 """``progress(step, max_steps, last_logs)`` after every optimizer step."""
 
 
-class TrainingError(EvoharnessError):
+class TrainingError(RunError):
     """A training run failed at run time (no usable rows, a trainer crash).
 
     Attributes:
@@ -43,13 +43,6 @@ class TrainingError(EvoharnessError):
     def __init__(self, message: str, *, run_dir: str = "") -> None:
         super().__init__(message)
         self.run_dir = run_dir
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_training_error, (str(self), self.run_dir))
-
-
-def _rebuild_training_error(message: str, run_dir: str) -> TrainingError:
-    return TrainingError(message, run_dir=run_dir)
 
 
 class RunManifest(BaseModel):

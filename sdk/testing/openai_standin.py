@@ -42,6 +42,10 @@ class OpenAIStandIn:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def _route(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, Any] | None:
+        """``(status, JSON)`` for requests a subclass serves itself; ``None``: a completion."""
+        return None
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
@@ -51,6 +55,20 @@ class OpenAIStandIn:
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":", 1)[1])
                 body = json.loads(await reader.readexactly(length)) if length else {}
+                method, path = head.split(b"\r\n", 1)[0].decode().split(" ")[:2]
+                routed = self._route(method, path, body)
+                if routed is not None:  # an endpoint of a subclass (see the LoRA section)
+                    status, data = routed
+                    raw = json.dumps(data).encode()
+                    writer.write(
+                        f"HTTP/1.1 {status} {'OK' if status < 400 else 'Error'}\r\n".encode()
+                        + b"Content-Type: application/json\r\nContent-Length: "
+                        + str(len(raw)).encode()
+                        + b"\r\n\r\n"
+                        + raw
+                    )
+                    await writer.drain()
+                    continue
                 self.in_flight += 1
                 self.max_in_flight = max(self.max_in_flight, self.in_flight)
                 await asyncio.sleep(self.latency_s)
@@ -109,6 +127,116 @@ class OpenAIStandIn:
             self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
             self._thread.join(5)
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM runtime-LoRA stand-in (weights layer). A SIMULATED vLLM replica: runtime adapter loading
+# (``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``), ``GET /v1/models``, requests that
+# pick an adapter by ``model``, token ids/logprobs on request, a restart that forgets runtime
+# adapters, and a failing mode. No weights are read: adapter "paths" are just recorded.
+# ---------------------------------------------------------------------------------------------
+
+
+class LoRAServingStandIn(OpenAIStandIn):
+    """A loopback stand-in for one vLLM replica with ``--enable-lora`` and runtime updating.
+
+    Attributes:
+        base_model: The served base model id.
+        adapters: Loaded adapter name -> path.
+        served: Completions served per model id.
+        fail_loads: When true, ``load_lora_adapter`` answers 500 (a replica that cannot load).
+        max_loras: Adapters that fit at once (vLLM's ``--max-cpu-loras`` analogue).
+    """
+
+    def __init__(
+        self,
+        *,
+        base_model: str = "standin-base",
+        reply: ReplyFn | None = None,
+        max_loras: int = 8,
+    ) -> None:
+        super().__init__(latency_s=0.0, reply=reply)
+        self.base_model = base_model
+        self.adapters: dict[str, str] = {}
+        self.served: dict[str, int] = {}
+        self.fail_loads = False
+        self.max_loras = max_loras
+        self.loads = 0
+
+    def restart(self) -> None:
+        """Simulate a replica restart: runtime-loaded adapters are gone."""
+        self.adapters.clear()
+
+    def _models(self) -> dict[str, Any]:
+        data = [{"id": self.base_model, "object": "model", "root": self.base_model, "parent": None}]
+        data += [
+            {"id": n, "object": "model", "root": p, "parent": self.base_model}
+            for n, p in self.adapters.items()
+        ]
+        return {"object": "list", "data": data}
+
+    def _route(self, method: str, path: str, body: dict[str, Any]) -> tuple[int, Any] | None:
+        if method == "GET" and path == "/v1/models":
+            return 200, self._models()
+        if method == "POST" and path == "/v1/load_lora_adapter":
+            name, lora_path = body.get("lora_name"), body.get("lora_path")
+            if self.fail_loads:
+                return 500, {"error": {"message": f"failed to load {name} (simulated)"}}
+            if not name or not lora_path:
+                return 400, {"error": {"message": "lora_name and lora_path are required"}}
+            if name in self.adapters:
+                return 400, {
+                    "error": {"message": f"The lora adapter '{name}' has already been loaded."}
+                }
+            if len(self.adapters) >= self.max_loras:
+                return 500, {"error": {"message": "no free LoRA slot"}}
+            self.adapters[name] = lora_path
+            self.loads += 1
+            return 200, {"message": f"Success: LoRA adapter '{name}' added successfully."}
+        if method == "POST" and path == "/v1/unload_lora_adapter":
+            name = body.get("lora_name")
+            if name not in self.adapters:
+                return 404, {"error": {"message": f"The lora adapter '{name}' cannot be found."}}
+            del self.adapters[name]
+            return 200, {"message": f"Success: LoRA adapter '{name}' removed successfully."}
+        if method == "POST" and path == "/v1/chat/completions":
+            model = body.get("model", self.base_model)
+            if model != self.base_model and model not in self.adapters:
+                return 404, {"error": {"message": f"The model `{model}` does not exist.",
+                                       "type": "NotFoundError", "code": 404}}  # fmt: skip
+            self.served[model] = self.served.get(model, 0) + 1
+            self.requests += 1
+            text = self.reply(body.get("messages", []))
+            completion_ids = [1000 + (ord(c) % 200) for c in text] or [0]
+            choice: dict[str, Any] = {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": text},
+            }
+            result: dict[str, Any] = {
+                "id": f"chatcmpl-{self.requests}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [choice],
+                "usage": {
+                    "prompt_tokens": 7,
+                    "completion_tokens": len(completion_ids),
+                    "total_tokens": 7 + len(completion_ids),
+                },
+            }
+            if body.get("return_token_ids"):
+                result["prompt_token_ids"] = [1, 2, 3, 4, 5, 6, 7]
+                choice["token_ids"] = completion_ids
+            if body.get("logprobs"):
+                choice["logprobs"] = {
+                    "content": [
+                        {"token": c, "logprob": -0.5, "bytes": list(c.encode()), "top_logprobs": []}
+                        for c in text
+                    ]
+                }
+            return 200, result
+        return None
 
 
 def serve(latency_s: float, reply: ReplyFn | None = None) -> None:  # pragma: no cover

@@ -1,0 +1,227 @@
+"""Adapter versions in the artifact registry, and the offline gate that makes one a candidate.
+
+An adapter version is an ``adapter`` artifact named after its policy. Its content records the
+adapter directory, a checksum of its files, the base model and the LoRA shape; its metadata
+the dataset manifest (with trace-id provenance), the training metrics and the run fingerprint.
+Served names are ``<policy>-v<N>``: immutable, never reused (vLLM caches by name).
+
+Status comes from the registry's labels and audit log: ``active`` (label ``active``),
+``candidate`` (label ``candidate``), ``rejected`` (the gate turned it down: a ``gate-rejected``
+label event) or ``published``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from evoharness.harness import ConfigError
+from evoharness.sdk.registry import ArtifactNotFound, ArtifactVersion, Registry, RegistryEvent
+
+KIND = "adapter"
+REJECTED = "gate-rejected"
+Status = Literal["active", "candidate", "rejected", "published"]
+
+
+def adapter_checksum(directory: Path | str) -> str:
+    """SHA-256 over the adapter's files (names and bytes, sorted; tokenizer files excluded)."""
+    root = Path(directory)
+    files = sorted(p for p in root.iterdir() if p.is_file() and p.name.startswith("adapter_"))
+    if not any(p.name == "adapter_config.json" for p in files):
+        raise ConfigError(f"{root} is not a PEFT adapter (no adapter_config.json)", field="path")
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.name.encode() + b"\0")
+        h.update(p.read_bytes())
+    return "sha256:" + h.hexdigest()
+
+
+def served_name(version: ArtifactVersion) -> str:
+    """``<policy>-v<N>``: the name the version is served under (never reused)."""
+    return f"{version.name}-v{version.version}"
+
+
+def publish_adapter(
+    registry: Registry,
+    policy: str,
+    adapter_dir: Path | str,
+    *,
+    base_model: str,
+    dataset_manifest: dict[str, Any] | None = None,
+    metrics: dict[str, float] | None = None,
+    fingerprint: str | None = None,
+    author: str = "evoharness",
+    parent: int | None = None,
+) -> ArtifactVersion:
+    """Publish a trained adapter as the next immutable version of ``policy``.
+
+    Raises:
+        ConfigError: ``adapter_dir`` is not a PEFT adapter, or it carries
+            ``modules_to_save`` (vLLM cannot serve that).
+    """
+    root = Path(adapter_dir).resolve()
+    checksum = adapter_checksum(root)
+    config = json.loads((root / "adapter_config.json").read_text())
+    if config.get("modules_to_save"):
+        raise ConfigError(
+            f"adapter {root} has modules_to_save={config['modules_to_save']}: vLLM cannot serve "
+            "it; train with LoRASpec (no modules_to_save)",
+            field="adapter_dir",
+        )
+    content = {
+        "path": str(root),
+        "checksum": checksum,
+        "base_model": base_model,
+        "lora": {
+            "r": config.get("r"),
+            "alpha": config.get("lora_alpha"),
+            "target_modules": config.get("target_modules"),
+        },
+    }
+    metadata = {
+        "dataset_manifest": dataset_manifest or {},
+        "metrics": metrics or {},
+        "fingerprint": fingerprint,
+    }
+    return registry.publish(KIND, policy, content, metadata=metadata, author=author, parent=parent)
+
+
+def verified_path(version: ArtifactVersion) -> Path:
+    """The adapter directory of ``version``, after checking its files still match."""
+    path = Path(version.content["path"])
+    actual = adapter_checksum(path)
+    if actual != version.content["checksum"]:
+        raise ConfigError(
+            f"adapter {served_name(version)} at {path} changed after publishing "
+            f"({actual[:19]}… != {version.content['checksum'][:19]}…); publish a new version",
+            field="adapter",
+        )
+    return path
+
+
+def status(registry: Registry, policy: str, version: int) -> Status:
+    """The status of one version (from labels and the audit log)."""
+    labels = registry.labels(KIND, policy)
+    if labels.get("active") == version:
+        return "active"
+    if labels.get("candidate") == version:
+        return "candidate"
+    for e in registry.events(KIND, policy):
+        if e.label == REJECTED and e.version == version:
+            return "rejected"
+    return "published"
+
+
+class TaskEval(BaseModel):
+    """One task's offline result."""
+
+    success: bool
+    p0_pass: bool = True
+
+
+class EvalResult(BaseModel):
+    """Offline results of one version on one split, per task."""
+
+    tasks: dict[str, TaskEval] = Field(default_factory=dict)
+
+    @property
+    def success_rate(self) -> float:
+        """Share of tasks solved."""
+        return sum(t.success for t in self.tasks.values()) / max(len(self.tasks), 1)
+
+
+class GateDecision(BaseModel):
+    """The offline gate's verdict on a candidate.
+
+    Attributes:
+        passed: Beats the active version on ``val`` with no P0 regression on ``guard``.
+        candidate_val: The candidate's val success rate.
+        active_val: The active version's val success rate.
+        p0_regressions: Guard tasks the active version passed P0 on and the candidate fails.
+        reason: One line for the audit log.
+    """
+
+    passed: bool
+    candidate_val: float
+    active_val: float
+    p0_regressions: list[str] = Field(default_factory=list)
+    reason: str
+
+
+def offline_gate(
+    *,
+    candidate_val: EvalResult,
+    active_val: EvalResult,
+    candidate_guard: EvalResult,
+    active_guard: EvalResult,
+    min_gain: float = 0.0,
+) -> GateDecision:
+    """Compare a candidate with the active version on the frozen val and guard splits.
+
+    Both must have been evaluated on the same tasks; the candidate must beat the active
+    version's val success rate by more than ``min_gain`` and fail P0 on no guard task the
+    active version passed.
+    """
+    if set(candidate_val.tasks) != set(active_val.tasks):
+        raise ConfigError("the gate needs both versions evaluated on the same val tasks")
+    regressions = sorted(
+        t
+        for t, a in active_guard.tasks.items()
+        if a.p0_pass and t in candidate_guard.tasks and not candidate_guard.tasks[t].p0_pass
+    )
+    cand, act = candidate_val.success_rate, active_val.success_rate
+    beats = cand > act + min_gain
+    passed = beats and not regressions
+    reason = f"val {cand:.3f} vs active {act:.3f}"
+    if regressions:
+        reason += f"; P0 regressions on {', '.join(regressions[:5])}"
+    return GateDecision(
+        passed=passed,
+        candidate_val=cand,
+        active_val=act,
+        p0_regressions=regressions,
+        reason=("gate passed: " if passed else "gate rejected: ") + reason,
+    )
+
+
+def apply_gate(
+    registry: Registry, policy: str, version: int, decision: GateDecision, *, actor: str = "gate"
+) -> RegistryEvent:
+    """Label ``version`` ``candidate`` (passed) or record the rejection (audited)."""
+    label = "candidate" if decision.passed else REJECTED
+    return registry.set_label(KIND, policy, label, version, actor=actor, reason=decision.reason)
+
+
+def activate(
+    registry: Registry, policy: str, version: int, *, actor: str = "evoharness", reason: str = ""
+) -> RegistryEvent:
+    """Promote a ``candidate`` (or the already active) version to ``active``.
+
+    Raises:
+        ConfigError: The version did not pass the gate.
+    """
+    if status(registry, policy, version) not in ("candidate", "active"):
+        raise ConfigError(
+            f"{policy}-v{version} is not a candidate: run the offline gate first",
+            field="version",
+        )
+    return registry.promote(KIND, policy, version, actor=actor, reason=reason)
+
+
+def rollback(
+    registry: Registry, policy: str, *, actor: str = "evoharness", reason: str = ""
+) -> RegistryEvent:
+    """Point ``active`` back at the version it served before the last promote."""
+    return registry.rollback(KIND, policy, actor=actor, reason=reason)
+
+
+def active_version(registry: Registry, policy: str) -> ArtifactVersion | None:
+    """The active adapter version, or ``None`` (serve the base model)."""
+    try:
+        return registry.get(KIND, policy, label="active")
+    except ArtifactNotFound:
+        return None

@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from evoharness.evolve.evidence import EpisodeEvidence, extract_evidence
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import Observation, Score, Trace, TraceStore, Usage
 
@@ -51,6 +52,8 @@ class Episode(BaseModel):
     start_time: float = 0.0
     end_time: float | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    evidence: EpisodeEvidence = Field(default_factory=EpisodeEvidence)
+    """Interventions and other harness signals (see :mod:`evoharness.evolve.evidence`)."""
 
 
 class EpisodeFilter(BaseModel):
@@ -153,6 +156,7 @@ def build_episode(
         start_time=trace.start_time,
         end_time=trace.end_time,
         metadata=trace.metadata,
+        evidence=extract_evidence(obs),
     )
 
 

@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-from urllib.parse import parse_qs, urlparse
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, unquote, urlparse
 
 from evoharness.harness import require_extra
 
@@ -74,6 +74,7 @@ class LangfuseStandIn:
         self.requests: dict[str, int] = {}
         self.auth: str | None = None
         self.fail_next: int = 0  # answer the next N export requests with 503
+        self.prompts = PromptStandIn()  # prompt management (see the prompt section below)
         self._lock = threading.Lock()
         self._port = port
         self._server: ThreadingHTTPServer | None = None
@@ -255,7 +256,160 @@ class LangfuseStandIn:
         return {"data": page, "meta": meta}
 
 
-class _Handler(BaseHTTPRequestHandler):
+# =========================================================================================
+# Prompt management (owned by the prompts/rollout work; keep unrelated changes out of here).
+#
+# Serves what ``langfuse`` SDK v5 calls for prompts, with the routes and payloads of
+# ``langfuse.api.prompts`` / ``langfuse.api.prompt_version``:
+#   GET   /api/public/v2/prompts/{name}?version=|label=      -> Prompt (404 when missing)
+#   GET   /api/public/v2/prompts?name=&page=&limit=          -> PromptMetaListResponse
+#   POST  /api/public/v2/prompts                             -> Prompt (next version)
+#   PATCH /api/public/v2/prompts/{name}/versions/{version}   {"newLabels": [...]} -> Prompt
+# Labels are unique across a prompt's versions (setting one moves it); ``latest`` is managed
+# by the server; no version or label means ``production``.
+# =========================================================================================
+
+PROMPTS_PATH = "/api/public/v2/prompts"
+
+
+class PromptStandIn:
+    """The prompt store behind the stand-in's prompt endpoints (versions per name)."""
+
+    def __init__(self) -> None:
+        self.versions: dict[str, list[dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def _view(self, name: str, row: dict[str, Any]) -> dict[str, Any]:
+        labels = list(row["labels"])
+        if row["version"] == len(self.versions[name]):
+            labels.append("latest")
+        return {**row, "labels": labels}
+
+    def get(self, name: str, version: int | None, label: str | None) -> dict[str, Any] | None:
+        """One version by number or label (``production`` when neither is given)."""
+        with self._lock:
+            rows = self.versions.get(name, [])
+            if version is not None:
+                found = [r for r in rows if r["version"] == version]
+            else:
+                want = label or "production"
+                found = [
+                    r for r in rows if want in r["labels"] or (want == "latest" and r is rows[-1])
+                ]
+            return self._view(name, found[-1]) if found else None
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Store the next version of ``body["name"]``."""
+        with self._lock:
+            name = str(body["name"])
+            rows = self.versions.setdefault(name, [])
+            labels = [lb for lb in body.get("labels") or [] if lb != "latest"]
+            for r in rows:
+                r["labels"] = [lb for lb in r["labels"] if lb not in labels]
+            row = {
+                "type": body.get("type") or "text",
+                "name": name,
+                "version": len(rows) + 1,
+                "prompt": body["prompt"],
+                "config": body.get("config") or {},
+                "labels": labels,
+                "tags": body.get("tags") or [],
+                "commitMessage": body.get("commitMessage"),
+            }
+            rows.append(row)
+            return self._view(name, row)
+
+    def relabel(self, name: str, version: int, labels: list[str]) -> dict[str, Any] | None:
+        """Set ``version``'s labels, moving each off any other version."""
+        with self._lock:
+            rows = self.versions.get(name, [])
+            target = next((r for r in rows if r["version"] == version), None)
+            if target is None:
+                return None
+            labels = [lb for lb in labels if lb != "latest"]
+            for r in rows:
+                if r is not target:
+                    r["labels"] = [lb for lb in r["labels"] if lb not in labels]
+            target["labels"] = list(dict.fromkeys(labels))
+            return self._view(name, target)
+
+    def listing(self, params: dict[str, str]) -> dict[str, Any]:
+        """The prompt list (one entry per name), paged by ``page``/``limit``."""
+        with self._lock:
+            metas = [
+                {
+                    "name": name,
+                    "type": rows[-1]["type"],
+                    "versions": [r["version"] for r in rows],
+                    "labels": sorted({lb for r in rows for lb in r["labels"]} | {"latest"}),
+                    "tags": rows[-1]["tags"],
+                    "lastUpdatedAt": _iso(0),
+                    "lastConfig": rows[-1]["config"],
+                }
+                for name, rows in sorted(self.versions.items())
+                if rows and params.get("name") in (None, name)
+            ]
+        page, limit = int(params.get("page", "1")), int(params.get("limit", "50"))
+        pages = max(1, -(-len(metas) // limit))
+        return {
+            "data": metas[(page - 1) * limit : page * limit],
+            "meta": {"page": page, "limit": limit, "totalItems": len(metas), "totalPages": pages},
+        }
+
+
+class _PromptRoutes:
+    """Handler mixin: the prompt endpoints (dispatched from ``do_GET``/``do_POST``)."""
+
+    owner: LangfuseStandIn
+
+    if TYPE_CHECKING:
+
+        def _reply(self, code: int, body: bytes, ctype: str = ...) -> None: ...
+        def _authorized(self) -> bool: ...
+        def _count(self, path: str) -> None: ...
+
+        headers: Any
+        path: str
+        rfile: Any
+
+    def _prompt_request(self, method: str, path: str, params: dict[str, str], body: bytes) -> None:
+        store = self.owner.prompts
+        rest = unquote(path[len(PROMPTS_PATH) :].lstrip("/"))
+        result: dict[str, Any] | None
+        if method == "GET" and not rest:
+            result = store.listing(params)
+        elif method == "GET":
+            version = params.get("version")
+            result = store.get(rest, int(version) if version else None, params.get("label"))
+        elif method == "POST" and not rest:
+            result = store.create(json.loads(body))
+        elif method == "PATCH" and "/versions/" in rest:
+            name, _, version = rest.rpartition("/versions/")
+            result = store.relabel(name, int(version), list(json.loads(body)["newLabels"]))
+        else:
+            self._reply(405, b'{"message":"method not allowed"}')
+            return
+        if result is None:
+            self._reply(404, b'{"message":"Prompt not found"}')
+        else:
+            self._reply(200 if method != "POST" else 201, json.dumps(result).encode())
+
+    def do_PATCH(self) -> None:
+        path = urlparse(self.path).path
+        self._count(path)
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if not self._authorized():
+            return
+        if path.startswith(PROMPTS_PATH):
+            self._prompt_request("PATCH", path, {}, body)
+        else:
+            self._reply(404, b'{"message":"not found"}')
+
+
+# ================================ end of prompt management ================================
+
+
+class _Handler(_PromptRoutes, BaseHTTPRequestHandler):
     owner: LangfuseStandIn
     protocol_version = "HTTP/1.1"
 
@@ -311,6 +465,8 @@ class _Handler(BaseHTTPRequestHandler):
                 for s in items if isinstance(items, list) else [items]:
                     self.owner.scores[s.get("id") or str(len(self.owner.scores))] = s
             self._reply(202, b'{"message":"Accepted"}')
+        elif path.startswith(PROMPTS_PATH):
+            self._prompt_request("POST", path, {}, body)
         else:
             self._reply(404, b'{"message":"not found"}')
 
@@ -324,6 +480,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200, json.dumps(self.owner.query_observations(params)).encode())
         elif url.path == "/api/public/v3/scores":
             self._reply(200, json.dumps(self.owner.query_scores(params)).encode())
+        elif url.path.startswith(PROMPTS_PATH):
+            self._prompt_request("GET", url.path, params, b"")
         else:
             self._reply(404, b'{"message":"not found"}')
 

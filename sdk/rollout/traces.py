@@ -1,0 +1,70 @@
+"""Read per-arm session outcomes for a rollout from the local trace store.
+
+Every session of an experiment is traced with its experiment id and arm (see
+:class:`~evoharness.sdk.agent.EvoAgent`); its judge scores (``total``, ``p0_pass``, written by
+``evoharness evolve judge``), status, tool observations and token usage become an
+:class:`~evoharness.sdk.rollout.Outcome`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evoharness.harness.tracing import Trace, TraceStore
+from evoharness.sdk.rollout.decision import Outcome
+from evoharness.sdk.rollout.experiment import Experiment
+
+
+def _field(trace: Trace, name: str) -> Any:
+    # The trace schema gains first-class rollout fields; older traces carry them in metadata.
+    value = getattr(trace, name, None)
+    return value if value is not None else trace.metadata.get(name)
+
+
+def outcome_of_trace(
+    store: TraceStore, trace: Trace, *, success_score: str = "total"
+) -> Outcome | None:
+    """The outcome of one traced session, or ``None`` when it has no ``success_score`` yet."""
+    scores = {s.name: s.value for s in store.scores(trace.id)}
+    if success_score not in scores:
+        return None
+    tool_calls = tool_failures = input_tokens = output_tokens = cached = 0
+    for o in store.observations(trace.id):
+        if o.type == "tool":
+            tool_calls += 1
+            tool_failures += o.level == "ERROR"
+        elif o.type == "generation" and o.usage is not None:
+            input_tokens += o.usage.input_tokens
+            output_tokens += o.usage.output_tokens
+            cached += o.usage.cached_input_tokens
+    p0_pass = scores.get("p0_pass", 1.0)
+    return Outcome(
+        success=float(scores[success_score]),
+        p0=float(p0_pass) < 0.5 if isinstance(p0_pass, int | float) else False,
+        error=trace.status == "error",
+        tool_calls=tool_calls,
+        tool_failures=tool_failures,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_input_tokens=cached,
+        latency_s=max(0.0, (trace.end_time or trace.start_time) - trace.start_time),
+    )
+
+
+def outcomes_from_store(
+    store: TraceStore, experiment: Experiment, *, success_score: str = "total"
+) -> dict[str, list[Outcome]]:
+    """Arm -> outcomes of the experiment's finished, scored sessions."""
+    out: dict[str, list[Outcome]] = {
+        a.name: [] for a in [experiment.control, *experiment.candidates]
+    }
+    for trace in store.traces(since=experiment.started_at, newest_first=False):
+        if _field(trace, "experiment_id") != experiment.id or trace.status == "running":
+            continue
+        arm = _field(trace, "rollout_arm")
+        if arm not in out:
+            continue
+        outcome = outcome_of_trace(store, trace, success_score=success_score)
+        if outcome is not None:
+            out[arm].append(outcome)
+    return out

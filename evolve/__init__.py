@@ -28,7 +28,6 @@ from evoharness.evolve.memory import (
 )
 from evoharness.evolve.routing import (
     DiagnosisPackage,
-    GuardRuleFiles,
     RouteConfig,
     propose_guard_rules,
     route_all,
@@ -53,7 +52,6 @@ __all__ = [
     "Episode",
     "EpisodeFilter",
     "EvolveState",
-    "GuardRuleFiles",
     "ItemResult",
     "Judge",
     "JudgeFailure",

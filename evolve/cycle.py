@@ -12,7 +12,6 @@ from evoharness.evolve.curation import Proposer
 from evoharness.evolve.jobs import Grader, JudgeReport, judge_episodes
 from evoharness.evolve.memory import MemoryStore, apply_feedback, reduce_ops
 from evoharness.evolve.routing import (
-    GuardRuleFiles,
     RouteConfig,
     diff_summary,
     propose_guard_rules,
@@ -22,6 +21,7 @@ from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import EpisodeFilter, TraceSource
 from evoharness.harness.tracing import TraceStore
+from evoharness.sdk.registry import GuardRuleVersions
 
 
 class CycleReport(BaseModel):
@@ -48,7 +48,7 @@ async def run_cycle(
     memory: MemoryStore,
     proposer: Proposer,
     where: EpisodeFilter | None = None,
-    guard_files: GuardRuleFiles | None = None,
+    guard_rules: GuardRuleVersions | None = None,
     scores_to: TraceStore | None = None,
     route_config: RouteConfig | None = None,
     concurrency: int = 8,
@@ -94,13 +94,14 @@ async def run_cycle(
         lessons=sum(e.kind == "lesson" for e in live),
         added=sorted(set(entries) - set(before)),
     )
-    if guard_files is not None:
-        current = guard_files.load()
+    if guard_rules is not None:
+        current = guard_rules.load()
         guard_pkgs = [p for p in state.pool("guard") if p["trace_id"] in batch]
         new_rules = propose_guard_rules(guard_pkgs, current)
         if new_rules:
-            published = guard_files.publish(
-                current.model_copy(update={"rules": (*current.rules, *new_rules)})
+            published = guard_rules.publish(
+                current.model_copy(update={"rules": (*current.rules, *new_rules)}),
+                reason=f"evolve cycle: {len(new_rules)} rule(s) from {len(guard_pkgs)} P0 case(s)",
             )
             report.guard_version = published.version
             report.guard_diff = diff_summary(current, published)

@@ -15,13 +15,13 @@ from evoharness.evolve.cycle import CycleReport, run_cycle
 from evoharness.evolve.jobs import judge_episodes
 from evoharness.evolve.judge import DEFAULT_CHECKS, Judge, RuleJudge
 from evoharness.evolve.memory import MemoryEntry, MemoryRetriever, MemoryStore, render_reference
-from evoharness.evolve.routing import GuardRuleFiles
 from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
 from evoharness.examples.shop.env import ShopEnvironment
 from evoharness.examples.shop.judge import ShopRules
 from evoharness.harness.tracing import Tracer, TraceStore
+from evoharness.sdk.registry import GuardRuleVersions, active_guard_rules, open_registry
 from evoharness.sdk.runner import RunReport, TaskResult, run_tasks
 
 
@@ -69,12 +69,13 @@ def run_demo(
     store = TraceStore(workdir / "traces.db")
     tracer = Tracer(store)
     state = EvolveState(workdir / "evolve.db")
-    memory = MemoryStore(workdir / "memory.db")
-    guard_files = GuardRuleFiles(workdir / "guard_rules")
+    registry = open_registry(workdir / "registry.db")
+    memory = MemoryStore(workdir / "memory.db", registry=registry, name="shop")
+    guard_rules = GuardRuleVersions(registry, "shop")
     rules = ShopRules()
     grader = Judge(RuleJudge([*DEFAULT_CHECKS, rules.check]))
     rubrics = RubricGenerator(extra_items=rules.items)
-    env = ShopEnvironment(guard_rules_path=guard_files.current)
+    env = ShopEnvironment(guard_rules=active_guard_rules(registry, "shop"))
     val = env.tasks("val")[:val_limit] if val_limit else env.tasks("val")
     train = env.tasks("train")[:train_limit] if train_limit else env.tasks("train")
 
@@ -111,13 +112,13 @@ def run_demo(
             state=state,
             memory=memory,
             proposer=RuleProposer(pattern=rules.pattern, hints=rules.hints()),
-            guard_files=guard_files,
+            guard_rules=guard_rules,
             scores_to=store,
             concurrency=concurrency,
         )
     )
     learned_env = ShopEnvironment(
-        guard_rules_path=guard_files.current, references=memory_provider(memory)
+        guard_rules=active_guard_rules(registry, "shop"), references=memory_provider(memory)
     )
     results.append(("harnessed + learned", run(learned_env, val, True, ["val", "after"])))
     store.flush(60)
@@ -146,4 +147,6 @@ def run_demo(
         phases.append(Phase(label=label, report=RunReport.of(rs), p0_rate=p0, trace_ids=ids))
     store.close()
     learned = sorted(memory.entries().values(), key=lambda e: (e.kind, -e.confidence, e.id))
+    memory.close()
+    registry.close()
     return DemoResult(phases=phases, cycle=cycle, learned=learned)

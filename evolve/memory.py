@@ -22,10 +22,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from evoharness.harness.text import content_words
+from evoharness.sdk.registry import Registry, SQLiteRegistry
 
 Kind = Literal["strategy", "lesson", "preference"]
 OpKind = Literal["ADD", "UPDATE", "MERGE", "DELETE"]
 HALF_LIFE_DAYS = 60.0
+MEMORY = "memory"
+"""The registry artifact kind of memory snapshots."""
 DAY = 86_400.0
 
 
@@ -203,19 +206,64 @@ def confidence(
 
 
 class MemoryStore:
-    """Entries in SQLite with versioned snapshots and JSON export/import."""
+    """Live entries in SQLite; every :meth:`replace` is a snapshot in the artifact registry.
 
-    def __init__(self, path: Path | str) -> None:
+    Snapshots are versions of the registry artifact ``memory/<name>``; the one the live
+    entries hold is labelled ``active``. :meth:`restore` promotes an older snapshot and
+    :meth:`rollback` steps back to the one active before (both audited in the registry).
+
+    Args:
+        path: The SQLite file of the live entries.
+        registry: Where snapshots go; by default a SQLite registry in the same file.
+        name: The memory artifact's name (one per application or environment).
+        author: Recorded on snapshots and label moves.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        registry: Registry | None = None,
+        name: str = "default",
+        author: str = "evoharness",
+    ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.executescript(
             "CREATE TABLE IF NOT EXISTS entries (id TEXT PRIMARY KEY, kind TEXT, body TEXT);"
-            "CREATE TABLE IF NOT EXISTS snapshots (version INTEGER PRIMARY KEY, created_at REAL,"
-            " note TEXT, body TEXT);"
         )
         self._lock = threading.Lock()
+        self._owns_registry = registry is None
+        self.registry: Registry = registry if registry is not None else SQLiteRegistry(self.path)
+        self.name = name
+        self.author = author
+        self._import_legacy_snapshots()
+
+    def _import_legacy_snapshots(self) -> None:
+        """Move snapshots of the pre-registry table (if any) into the registry, once."""
+        with self._lock:
+            legacy = self._conn.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND name='snapshots'"
+            ).fetchone()
+            if legacy is None:
+                return
+            rows = self._conn.execute(
+                "SELECT version, note, body FROM snapshots ORDER BY version"
+            ).fetchall()
+        if not self.registry.versions(MEMORY, self.name):
+            for version, note, body in rows:
+                self._snapshot(json.loads(body), f"{note} (legacy v{version})".strip())
+        with self._lock:
+            self._conn.execute("DROP TABLE snapshots")
+
+    def close(self) -> None:
+        """Close the entries connection and the registry this store opened."""
+        with self._lock:
+            self._conn.close()
+        if self._owns_registry:
+            self.registry.close()
 
     def entries(self, *, include_retired: bool = False) -> dict[str, MemoryEntry]:
         """Entries by id."""
@@ -224,8 +272,7 @@ class MemoryStore:
         out = {e.id: e for e in (MemoryEntry.model_validate_json(r[0]) for r in rows)}
         return out if include_retired else {k: v for k, v in out.items() if not v.retired}
 
-    def replace(self, entries: dict[str, MemoryEntry], *, note: str = "") -> int:
-        """Store ``entries`` (all of them) and snapshot the result; returns the version."""
+    def _write(self, entries: dict[str, MemoryEntry]) -> None:
         with self._lock:
             self._conn.execute("BEGIN")
             self._conn.execute("DELETE FROM entries")
@@ -236,34 +283,63 @@ class MemoryStore:
                     for e in sorted(entries.values(), key=lambda e: e.id)
                 ],
             )
-            body = json.dumps(
-                [e.model_dump() for e in sorted(entries.values(), key=lambda e: e.id)]
-            )
-            cur = self._conn.execute(
-                "INSERT INTO snapshots(created_at, note, body) VALUES (?,?,?)",
-                (time.time(), note, body),
-            )
             self._conn.execute("COMMIT")
-            return int(cur.lastrowid or 0)
+
+    def _snapshot(self, body: list[dict[str, Any]], note: str) -> int:
+        stored = self.registry.publish(
+            MEMORY, self.name, body, metadata={"note": note}, author=self.author
+        )
+        self.registry.promote(
+            MEMORY, self.name, stored.version, actor=self.author, reason=note or "replace"
+        )
+        return stored.version
+
+    def replace(self, entries: dict[str, MemoryEntry], *, note: str = "") -> int:
+        """Store ``entries`` (all of them), snapshot and activate the result; returns the
+        snapshot version (the latest one's when nothing changed since it)."""
+        ordered = sorted(entries.values(), key=lambda e: e.id)
+        version = self._snapshot([e.model_dump(mode="json") for e in ordered], note)
+        self._write(entries)
+        return version
 
     def versions(self) -> list[tuple[int, float, str]]:
-        """(version, created_at, note) of every snapshot."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT version, created_at, note FROM snapshots ORDER BY version"
-            ).fetchall()
-        return [(int(v), float(c), str(n)) for v, c, n in rows]
+        """(version, created_at, note) of every snapshot, oldest first."""
+        return [
+            (v.version, v.created_at, str(v.metadata.get("note", "")))
+            for v in self.registry.versions(MEMORY, self.name)
+        ]
 
-    def restore(self, version: int) -> int:
-        """Make snapshot ``version`` current again (recorded as a new version)."""
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT body FROM snapshots WHERE version=?", (version,)
-            ).fetchone()
-        if row is None:
-            raise KeyError(f"no memory snapshot {version}")
-        entries = {e.id: e for e in (MemoryEntry.model_validate(d) for d in json.loads(row[0]))}
-        return self.replace(entries, note=f"restore v{version}")
+    def active_version(self) -> int | None:
+        """The snapshot the live entries hold (``None`` before the first one)."""
+        return self.registry.labels(MEMORY, self.name).get("active")
+
+    def _load(self, version: int) -> dict[str, MemoryEntry]:
+        body = self.registry.get(MEMORY, self.name, version).content
+        return {e.id: e for e in (MemoryEntry.model_validate(d) for d in body)}
+
+    def restore(self, version: int, *, reason: str = "") -> int:
+        """Make snapshot ``version`` live again (an audited promote, no new version).
+
+        Raises:
+            ArtifactNotFound: No such snapshot (a ``KeyError``).
+        """
+        entries = self._load(version)
+        self.registry.promote(
+            MEMORY, self.name, version, actor=self.author, reason=reason or f"restore v{version}"
+        )
+        self._write(entries)
+        return version
+
+    def rollback(self, *, reason: str = "") -> int:
+        """Make the snapshot active before the last change live again; returns its version.
+
+        Raises:
+            ArtifactNotFound: No earlier snapshot was ever active.
+        """
+        self.registry.rollback(MEMORY, self.name, actor=self.author, reason=reason)
+        version = self.registry.get(MEMORY, self.name, label="active").version
+        self._write(self._load(version))
+        return version
 
     def export_json(self, path: Path) -> int:
         """Write every entry (retired ones too) to a JSON file; returns the count."""

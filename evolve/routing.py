@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -98,47 +97,7 @@ def route_all(
 
 
 # -- guard-rule proposals --------------------------------------------------------------------
-class GuardRuleFiles:
-    """Versioned output-guard rule files: ``v<N>.json`` plus ``current.json``.
-
-    Every change is a new version; :meth:`rollback` makes the previous version current.
-    ``OutputGuardMiddleware(rules_path=files.current)`` picks changes up at runtime.
-    """
-
-    def __init__(self, directory: Path) -> None:
-        self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.current = self.dir / "current.json"
-
-    def versions(self) -> list[int]:
-        """Existing versions, ascending."""
-        return sorted(
-            int(m.group(1))
-            for p in self.dir.glob("v*.json")
-            if (m := re.fullmatch(r"v(\d+)\.json", p.name))
-        )
-
-    def load(self, version: int | None = None) -> GuardRuleSet:
-        """A version (default: the current one; empty when there is none)."""
-        path = self.current if version is None else self.dir / f"v{version}.json"
-        return GuardRuleSet.load(path) if path.exists() else GuardRuleSet(version=0)
-
-    def publish(self, rules: GuardRuleSet) -> GuardRuleSet:
-        """Write ``rules`` as the next version and make it current."""
-        version = (self.versions() or [0])[-1] + 1
-        new = rules.model_copy(update={"version": version})
-        new.save(self.dir / f"v{version}.json")
-        new.save(self.current)
-        return new
-
-    def rollback(self) -> GuardRuleSet:
-        """Make the version before the current one current (a new version, same rules)."""
-        current = self.load().version
-        older = [v for v in self.versions() if v < current]
-        previous = self.load(older[-1]) if older else GuardRuleSet(version=0)
-        return self.publish(previous)
-
-
+# Rule sets are published as registry artifacts: evoharness.sdk.registry.GuardRuleVersions.
 def propose_guard_rules(
     packages: list[dict[str, Any]], existing: GuardRuleSet, *, job: str = "cycle"
 ) -> list[GuardRule]:

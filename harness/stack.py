@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,10 @@ class HarnessConfig(BaseModel):
     terminal_tool: str | None = None
     guard_rules: GuardRuleSet | None = None
     guard_rules_path: Path | None = None
-    """A rule file reloaded when it changes (evolve publishes new versions there)."""
+    """A rule file reloaded when it changes."""
+    guard_rules_provider: Callable[[], GuardRuleSet] | None = None
+    """Returns the current rules on each check, e.g. the registry's active version
+    (``evoharness.sdk.registry.active_guard_rules``)."""
     context: ContextConfig | None = None
     """Context engineering (window, offload, compaction, summaries); off when ``None``."""
     cold_dir: Path = Path(".evoharness/cold")
@@ -83,7 +87,12 @@ def default_middleware(
     stack: list[AgentMiddleware[Any, Any, Any]] = [
         HooksMiddleware(hooks or HookRegistry(), events=log),
         # outside the reflect controls: it sees the final answer after they changed it
-        OutputGuardMiddleware(rules=c.guard_rules, rules_path=c.guard_rules_path, events=log),
+        OutputGuardMiddleware(
+            rules=c.guard_rules,
+            rules_path=c.guard_rules_path,
+            rules_provider=c.guard_rules_provider,
+            events=log,
+        ),
         LoopDetectionMiddleware(
             same_call=c.loop_same_call,
             same_tool=c.loop_same_tool,

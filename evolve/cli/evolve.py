@@ -15,7 +15,7 @@ from evoharness.evolve.cycle import run_cycle, summarize
 from evoharness.evolve.jobs import JudgePool, judge_episodes
 from evoharness.evolve.judge import DEFAULT_CHECKS, Judge, RuleJudge
 from evoharness.evolve.memory import MemoryStore
-from evoharness.evolve.routing import GuardRuleFiles, route_all
+from evoharness.evolve.routing import route_all
 from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
@@ -23,6 +23,7 @@ from evoharness.harness import ConfigError
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk import cli as sdk_cli
 from evoharness.sdk.cli.traces import TRACE_DB
+from evoharness.sdk.registry import GuardRuleVersions, open_registry
 
 console = sdk_cli.console
 app = typer.Typer(
@@ -32,6 +33,14 @@ HOME = Path(".evoharness")
 DbOption = Annotated[Path, typer.Option("--db", help="Local trace store (SQLite).")]
 StateOption = Annotated[Path, typer.Option(help="Evolve state (SQLite).")]
 MemoryOption = Annotated[Path, typer.Option(help="Memory store (SQLite).")]
+RegistryOption = Annotated[
+    str,
+    typer.Option(
+        envvar="EVOHARNESS_REGISTRY",
+        help="Artifact registry (guard rules, memory snapshots): a SQLite path or postgresql://...",
+    ),
+]
+REGISTRY = str(HOME / "registry.db")
 TagOption = Annotated[list[str] | None, typer.Option("--tag", help="Only traces with these tags")]
 
 
@@ -147,12 +156,15 @@ def route(
 
 @app.command()
 def memory(
-    action: Annotated[str, typer.Argument(help="list, versions, export, import, restore")] = "list",
+    action: Annotated[
+        str, typer.Argument(help="list, versions, export, import, restore, rollback")
+    ] = "list",
     target: Annotated[str | None, typer.Argument(help="file (export/import) or version")] = None,
     path: MemoryOption = HOME / "memory.db",
+    registry: RegistryOption = REGISTRY,
 ) -> None:
-    """Look at and manage the learned memory (versioned, reversible)."""
-    store = MemoryStore(path)
+    """Look at and manage the learned memory (snapshots in the registry, reversible)."""
+    store = MemoryStore(path, registry=open_registry(registry))
     if action == "list":
         table = Table(title=f"memory {path}")
         for col in ("id", "kind", "pattern", "summary", "conf", "+/-", "refs"):
@@ -169,8 +181,10 @@ def memory(
             )
         console.print(table)
     elif action == "versions":
+        active = store.active_version()
         for version, created, note in store.versions():
-            console.print(f"v{version}  {created:.0f}  {note}")
+            mark = " (active)" if version == active else ""
+            console.print(f"v{version}{mark}  {created:.0f}  {note}")
     elif action in ("export", "import") and target:
         n = (
             store.export_json(Path(target))
@@ -179,22 +193,40 @@ def memory(
         )
         console.print(f"{action}: {n}")
     elif action == "restore" and target and target.lstrip("v").isdigit():
-        console.print(f"restored as v{store.restore(int(target.lstrip('v')))}")
+        console.print(f"active: v{store.restore(int(target.lstrip('v')))}")
+    elif action == "rollback":
+        console.print(f"active: v{store.rollback()}")
     else:
         raise ConfigError(f"bad memory command {action!r} {target or ''}".strip(), field="action")
 
 
 @app.command()
 def guard(
-    action: Annotated[str, typer.Argument(help="show or rollback")] = "show",
-    directory: Annotated[Path, typer.Option(help="Rule files")] = HOME / "guard_rules",
+    action: Annotated[
+        str, typer.Argument(help="show, rollback, versions, export, import")
+    ] = "show",
+    target: Annotated[Path | None, typer.Argument(help="rule file (export/import)")] = None,
+    registry: RegistryOption = REGISTRY,
+    name: Annotated[str, typer.Option(help="Rule set (artifact name)")] = "default",
 ) -> None:
-    """Show the current output-guard rules, or roll back to the previous version."""
-    files = GuardRuleFiles(directory)
+    """Show the active output-guard rules, roll back, list versions, export or import a file."""
+    files = GuardRuleVersions(open_registry(registry), name)
     if action == "rollback":
-        console.print(f"now v{files.rollback().version}")
+        console.print(f"now v{files.rollback(reason='cli rollback').version}")
+    elif action == "versions":
+        for v in files.versions():
+            console.print(f"v{v}" + (" (active)" if v == files.load().version else ""))
+        return
+    elif action in ("export", "import") and target is not None:
+        done = files.export_json(target) if action == "export" else files.import_json(target)
+        console.print(f"{action}: v{done.version} ({len(done.rules)} rules)")
+        return
     elif action != "show":
-        raise ConfigError(f"bad guard command {action!r}; use show or rollback", field="action")
+        raise ConfigError(
+            f"bad guard command {action!r}; use show, rollback, versions, export FILE or "
+            "import FILE",
+            field="action",
+        )
     current = files.load()
     console.print(f"guard rules v{current.version} ({len(current.rules)} rules)")
     for r in current.rules:
@@ -206,6 +238,7 @@ def cycle(
     db: DbOption = TRACE_DB,
     state: StateOption = HOME / "evolve.db",
     memory_path: MemoryOption = HOME / "memory.db",
+    registry: RegistryOption = REGISTRY,
     tag: TagOption = None,
     env: Annotated[str, typer.Option(help="Rules for: shop, none")] = "shop",
     concurrency: Annotated[int, typer.Option(min=1, max=256)] = 8,
@@ -213,6 +246,7 @@ def cycle(
     """collect -> judge -> route -> curate, in one resumable run."""
     source = _source(db)
     grader, rubrics, proposer = _grader_and_rubrics(env)
+    artifacts = open_registry(registry)
     report = asyncio.run(
         run_cycle(
             source,
@@ -220,9 +254,9 @@ def cycle(
             grader=grader,
             rubrics=rubrics,
             state=EvolveState(state),
-            memory=MemoryStore(memory_path),
+            memory=MemoryStore(memory_path, registry=artifacts),
             proposer=proposer,
-            guard_files=GuardRuleFiles(HOME / "guard_rules"),
+            guard_rules=GuardRuleVersions(artifacts),
             scores_to=source.store,
             concurrency=concurrency,
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from evoharness.harness import (
     BreakerBackend,
     BreakerConfig,
     ConfigError,
+    GuardRuleSet,
     HarnessConfig,
     ReferenceProvider,
     default_middleware,
@@ -52,7 +53,9 @@ class ShopEnvironment:
         breaker_backend: Share breaker state across sessions (e.g. Redis); by default each
             session has its own in-process breakers.
         references: Learned references injected at session start (evolve's memory).
-        guard_rules_path: Output-guard rule file (evolve publishes new versions there).
+        guard_rules_path: Output-guard rule file.
+        guard_rules: Returns the current output-guard rules, e.g. the registry's active
+            version (``evoharness.sdk.registry.active_guard_rules``); replaces the file.
         context: Turn on context engineering (search-page projection, offload, summaries
             with a SIMULATED summariser).
     """
@@ -68,6 +71,7 @@ class ShopEnvironment:
         breaker_backend: BreakerBackend | None = None,
         references: ReferenceProvider | None = None,
         guard_rules_path: Path | None = None,
+        guard_rules: Callable[[], GuardRuleSet] | None = None,
         context: bool = False,
     ) -> None:
         if isinstance(faults, str):
@@ -83,6 +87,7 @@ class ShopEnvironment:
         self.breaker_backend = breaker_backend
         self.references = references
         self.guard_rules_path = guard_rules_path
+        self.guard_rules = guard_rules
         self.context = context
         self.manifest = load_manifest()
         self.catalogue: Catalogue = generate_catalogue(self.manifest.catalogue_seed)
@@ -131,6 +136,7 @@ class ShopEnvironment:
             breaker_key=key_by_arg("platform", tools={"item_search"}),
             terminal_tool=TERMINAL_TOOL,
             guard_rules_path=self.guard_rules_path,
+            guard_rules_provider=self.guard_rules,
             context=shop_context_config() if self.context else None,
         )
         return default_middleware(

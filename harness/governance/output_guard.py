@@ -96,6 +96,8 @@ class OutputGuardMiddleware(AgentMiddleware[Any, Any, Any]):
     Args:
         rules: An in-memory rule set.
         rules_path: A rule file, reloaded whenever it changes (evolve writes new versions).
+        rules_provider: Called for the current rules on every check, e.g. the registry's
+            ``evoharness.sdk.registry.active_guard_rules(...)`` (it caches; keep it cheap).
         callable_rules: Code rules, run after the regex rules.
         events: Receives ``guard_redacted`` / ``guard_blocked`` with the rule names.
     """
@@ -105,21 +107,31 @@ class OutputGuardMiddleware(AgentMiddleware[Any, Any, Any]):
         *,
         rules: GuardRuleSet | None = None,
         rules_path: Path | None = None,
+        rules_provider: Callable[[], GuardRuleSet] | None = None,
         callable_rules: tuple[CallableRule, ...] = (),
         events: EventLog | None = None,
     ) -> None:
         super().__init__()
+        if rules_provider is not None and (rules is not None or rules_path is not None):
+            raise ConfigError(
+                "pass rules_provider alone: it replaces rules and rules_path",
+                field="rules_provider",
+            )
+        self.rules_provider = rules_provider
         self._rules = rules or GuardRuleSet()
         self.rules_path = rules_path
         self._mtime: float | None = None
         self.callable_rules = callable_rules
         self.events = events or EventLog()
-        if rules_path is not None:
-            self.rules  # noqa: B018 - load eagerly so a bad file fails at construction
+        if rules_path is not None or rules_provider is not None:
+            self.rules  # noqa: B018 - load eagerly so a bad source fails at construction
 
     @property
     def rules(self) -> GuardRuleSet:
-        """The current rules (reloaded from ``rules_path`` when the file changed)."""
+        """The current rules (the provider's, or reloaded from ``rules_path`` when the file
+        changed)."""
+        if self.rules_provider is not None:
+            return self.rules_provider()
         if self.rules_path is not None and self.rules_path.exists():
             mtime = self.rules_path.stat().st_mtime
             if mtime != self._mtime:

@@ -31,17 +31,25 @@ from evoharness.sdk.registry.base import (
     canonical_json,
     content_hash,
 )
+from evoharness.sdk.registry.guard_rules import (
+    GUARD_RULES,
+    GuardRuleVersions,
+    active_guard_rules,
+)
 from evoharness.sdk.registry.sqlite import SQLiteRegistry
 
 __all__ = [
+    "GUARD_RULES",
     "ActiveArtifact",
     "ArtifactNotFound",
     "ArtifactVersion",
     "EventAction",
+    "GuardRuleVersions",
     "Registry",
     "RegistryError",
     "RegistryEvent",
     "SQLiteRegistry",
+    "active_guard_rules",
     "canonical_json",
     "content_hash",
     "open_registry",

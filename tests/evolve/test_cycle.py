@@ -14,7 +14,6 @@ from evoharness.evolve.cycle import run_cycle
 from evoharness.evolve.demo import memory_provider, run_demo
 from evoharness.evolve.judge import DEFAULT_CHECKS, Judge, RuleJudge
 from evoharness.evolve.memory import MemoryStore
-from evoharness.evolve.routing import GuardRuleFiles
 from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
@@ -22,6 +21,7 @@ from evoharness.examples.shop.env import ShopEnvironment
 from evoharness.examples.shop.judge import ShopRules
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.agent import create_evo_agent
+from evoharness.sdk.registry import GuardRuleVersions, open_registry
 from evoharness.sdk.runner import run_tasks
 from evoharness.sdk.testing import ScriptedChatModel
 
@@ -56,7 +56,7 @@ def cycled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
                 state=state,
                 memory=memory,
                 proposer=RuleProposer(pattern=rules.pattern, hints=rules.hints()),
-                guard_files=GuardRuleFiles(root / "guard"),
+                guard_rules=GuardRuleVersions(open_registry(root / "registry.db")),
                 scores_to=store,
             )
         )
@@ -138,7 +138,16 @@ def test_evolve_cli(
     assert main(["evolve", "memory", "list", "--path", "m.db"]) == 0
     assert main(["evolve", "memory", "export", "out.json", "--path", "m.db"]) == 0
     assert (tmp_path / "out.json").exists()
+    assert main(["evolve", "memory", "versions", "--path", "m.db"]) == 0
+    assert "v1 (active)" in capsys.readouterr().out
     assert main(["evolve", "guard", "show"]) == 0
+    rules = tmp_path / "rules.json"
+    rules.write_text('{"rules": [{"name": "k", "pattern": "sk-[a-z]+"}]}')
+    assert main(["evolve", "guard", "import", str(rules)]) == 0
+    assert main(["evolve", "guard", "versions"]) == 0
+    assert "(active)" in capsys.readouterr().out
+    assert main(["evolve", "guard", "export", "back.json"]) == 0
+    assert "sk-[a-z]+" in (tmp_path / "back.json").read_text()
     assert main(["evolve", "memory", "bogus", "--path", "m.db"]) == 2
     assert main(["evolve", "judge", "--db", "missing.db"]) == 2
 

@@ -23,7 +23,6 @@ from evoharness.evolve.memory import (
     render_reference,
 )
 from evoharness.evolve.routing import (
-    GuardRuleFiles,
     RouteConfig,
     propose_guard_rules,
     routes_for,
@@ -32,6 +31,7 @@ from evoharness.evolve.rubric import Rubric, RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import Episode
 from evoharness.harness import GuardRule, GuardRuleSet
+from evoharness.sdk.registry import ArtifactNotFound, GuardRuleVersions, open_registry
 
 NOW = 1_800_000_000.0
 
@@ -168,19 +168,55 @@ def test_store_snapshots_export_import_restore(tmp_path: Path) -> None:
     v1 = store.replace({e.id: e for e in [strategy("a b c", ["t1"])]}, note="first")
     v2 = store.replace({}, note="wiped")
     assert store.entries() == {} and [v for v, _, _ in store.versions()] == [v1, v2]
+    assert [note for _, _, note in store.versions()] == ["first", "wiped"]
+    assert store.replace({}, note="again") == v2  # nothing changed: no new snapshot
+    assert store.restore(v1) == v1 and store.active_version() == v1  # no new version
+    assert len(store.entries()) == 1 and len(store.versions()) == 2
+    assert store.rollback() == v2 and store.entries() == {}
     store.restore(v1)
-    assert len(store.entries()) == 1
     n = store.export_json(tmp_path / "m.json")
     other = MemoryStore(tmp_path / "other.db")
     other.import_json(tmp_path / "m.json")
     assert n == 1 and other.entries() == store.entries()
     with pytest.raises(KeyError):
         store.restore(999)
+    actions = [(e.action, e.version) for e in store.registry.events("memory", "default")]
+    assert actions == [
+        ("publish", 1),
+        ("promote", 1),
+        ("publish", 2),
+        ("promote", 2),
+        ("promote", 1),
+        ("rollback", 2),
+        ("promote", 1),
+    ]
+    store.close()
+    reopened = MemoryStore(tmp_path / "m.db")  # snapshots live in the same file by default
+    assert reopened.active_version() == v1 and len(reopened.entries()) == 1
+
+
+def test_store_moves_legacy_snapshots_into_the_registry(tmp_path: Path) -> None:
+    import sqlite3
+
+    entry = strategy("a b c", ["t1"])
+    with sqlite3.connect(tmp_path / "old.db") as conn:  # the pre-registry layout
+        conn.execute(
+            "CREATE TABLE snapshots (version INTEGER PRIMARY KEY, created_at REAL, note TEXT,"
+            " body TEXT)"
+        )
+        conn.execute(
+            "INSERT INTO snapshots VALUES (1, 0, 'first', ?)", (f"[{entry.model_dump_json()}]",)
+        )
+        conn.execute("INSERT INTO snapshots VALUES (2, 0, 'wiped', '[]')")
+    store = MemoryStore(tmp_path / "old.db")
+    assert [n for _, _, n in store.versions()] == ["first (legacy v1)", "wiped (legacy v2)"]
+    assert store.active_version() == 2 and store.rollback() == 1
+    assert list(store.entries()) == [entry.id]
 
 
 # -- guard rules -----------------------------------------------------------------------------
 def test_guard_proposals_publish_and_rollback(tmp_path: Path) -> None:
-    files = GuardRuleFiles(tmp_path / "rules")
+    files = GuardRuleVersions(open_registry(tmp_path / "registry.db"))
     pkg: dict[str, Any] = {
         "trace_id": "x" * 32,
         "final_answer": "use [masked:openai_key] now",
@@ -192,10 +228,17 @@ def test_guard_proposals_publish_and_rollback(tmp_path: Path) -> None:
     base = files.publish(GuardRuleSet(rules=(GuardRule(name="manual", pattern="x"),)))
     v2 = files.publish(files.load().model_copy(update={"rules": (*files.load().rules, *proposed)}))
     assert (base.version, v2.version) == (1, 2)
-    assert {r.name for r in GuardRuleSet.load(files.current).rules} == {"manual", "no-openai-key"}
+    assert {r.name for r in files.load().rules} == {"manual", "no-openai-key"}
     back = files.rollback()
-    assert back.version == 3 and [r.name for r in back.rules] == ["manual"]
+    assert back.version == 1 and [r.name for r in back.rules] == ["manual"]
+    assert files.versions() == [1, 2]  # a rollback moves the label, it publishes nothing
+    with pytest.raises(ArtifactNotFound):
+        files.rollback()
     assert propose_guard_rules([pkg], v2) == []  # already covered
+    exported = files.export_json(tmp_path / "rules.json", version=2)
+    assert GuardRuleSet.load(tmp_path / "rules.json") == exported == v2
+    assert files.import_json(tmp_path / "rules.json").version == 2  # same rules: same version
+    assert files.load().version == 2
 
 
 # -- resumable judging -----------------------------------------------------------------------

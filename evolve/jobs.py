@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
@@ -15,7 +15,9 @@ from evoharness.evolve.judge import JudgeFailure, Verdict
 from evoharness.evolve.rubric import Rubric, RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import Episode
+from evoharness.harness.errors import ConfigError
 from evoharness.harness.tracing import TraceStore
+from evoharness.sdk.executors import Executor, LocalExecutor
 
 
 class Grader(Protocol):
@@ -155,6 +157,7 @@ async def judge_episodes(
 
 def _judge_shard(
     episodes: list[Episode],
+    *,
     grader_factory: Callable[[], Grader],
     rubrics_factory: Callable[[], RubricGenerator],
     state_path: str,
@@ -182,12 +185,13 @@ def _judge_shard(
 
 
 class JudgePool:
-    """Judge in several processes: one event loop per process, the same resumable state.
+    """Judge on an :class:`~evoharness.sdk.executors.Executor`: shards share one resumable state.
 
-    One event loop is bound by the client library's CPU cost per model call; processes
-    add cores. Workers start once (spawned, so nothing of the parent's threads is
-    inherited) and stay warm between :meth:`judge` calls. Factories must be picklable
-    (module-level functions, classes, or ``functools.partial`` of them).
+    One event loop is bound by the client library's CPU cost per model call; more workers add
+    cores (local processes) or machines (Ray). Each shard runs :func:`judge_episodes` on its
+    worker's own event loop and commits into the same evolve state (SQLite WAL), so a killed
+    job resumes where it stopped. Factories must pickle (module-level functions, classes, or
+    ``functools.partial`` of them).
 
     Args:
         grader_factory: Builds the grader in each worker (e.g. an ``LLMJudge`` with its
@@ -195,7 +199,9 @@ class JudgePool:
         rubrics_factory: Builds the rubric generator in each worker.
         state_path: The evolve state database shared by the workers (SQLite WAL).
         scores_path: A trace store the workers write scores back to (optional).
-        workers: Processes.
+        workers: Local processes when no ``executor`` is given.
+        executor: Where shards run (local processes by default; a ``RayExecutor`` fans out
+            across machines). Not closed by the pool when passed in.
     """
 
     def __init__(
@@ -206,19 +212,17 @@ class JudgePool:
         state_path: Path | str,
         scores_path: Path | str | None = None,
         workers: int = 2,
+        executor: Executor | None = None,
     ) -> None:
-        import multiprocessing
-
         if workers < 1:
-            raise ValueError("workers must be at least 1")
+            raise ConfigError(f"workers must be at least 1, got {workers}", field="workers")
         self.grader_factory = grader_factory
         self.rubrics_factory = rubrics_factory
         self.state_path = str(state_path)
         self.scores_path = str(scores_path) if scores_path is not None else None
-        self.workers = workers
-        self._pool = ProcessPoolExecutor(
-            max_workers=workers, mp_context=multiprocessing.get_context("spawn")
-        )
+        self._owned = executor is None
+        self.executor: Executor = executor or LocalExecutor("processes", workers=workers)
+        self.workers = self.executor.workers
 
     def judge(
         self, episodes: Iterable[Episode], *, concurrency: int = 32, retry_failed: bool = True
@@ -227,32 +231,26 @@ class JudgePool:
         todo = list(episodes)
         done = EvolveState(self.state_path).judged(include_failed=not retry_failed)
         pending = [e for e in todo if e.trace_id not in done]
-        shards = [pending[i :: self.workers] for i in range(self.workers)]
-        per_worker = max(1, concurrency // self.workers)
-        futures = [
-            self._pool.submit(
-                _judge_shard,
-                shard,
-                self.grader_factory,
-                self.rubrics_factory,
-                self.state_path,
-                self.scores_path,
-                per_worker,
-                retry_failed,
-            )
-            for shard in shards
-            if shard
-        ]
+        shards = [s for s in (pending[i :: self.workers] for i in range(self.workers)) if s]
+        work = functools.partial(
+            _judge_shard,
+            grader_factory=self.grader_factory,
+            rubrics_factory=self.rubrics_factory,
+            state_path=self.state_path,
+            scores_path=self.scores_path,
+            concurrency=max(1, concurrency // self.workers),
+            retry_failed=retry_failed,
+        )
         report = JudgeReport(seen=len(todo), skipped=len(todo) - len(pending))
-        for f in futures:
-            part = f.result()
+        for part in self.executor.map(work, shards):
             report.judged += part.judged
             report.failed += part.failed
         return report
 
     def close(self) -> None:
-        """Stop the workers."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Stop the workers (only those of an executor the pool made itself)."""
+        if self._owned:
+            self.executor.close()
 
     def __enter__(self) -> JudgePool:
         return self

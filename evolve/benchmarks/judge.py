@@ -23,6 +23,8 @@ from evoharness.evolve.judge import LLMJudge
 from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import Episode, ToolCallRecord
+from evoharness.harness.errors import MissingExtraError
+from evoharness.sdk.executors import Executor, open_executor
 
 
 def _vote(messages: list[dict[str, Any]]) -> str:
@@ -109,15 +111,15 @@ def make_grader(base_url: str) -> LLMJudge:
 
 
 def _measure_pool(
-    base_url: str, n: int, concurrency: int, workers: int, workdir: Path
+    base_url: str, n: int, concurrency: int, executor: Executor, workdir: Path
 ) -> tuple[float, int]:
-    """Wall time of the same job through a warm :class:`JudgePool`."""
+    """Wall time of the same job through a warm :class:`JudgePool` on ``executor``."""
     factory = functools.partial(make_grader, base_url)
     with JudgePool(
         grader_factory=factory,
         rubrics_factory=RubricGenerator,
         state_path=workdir / "pool.db",
-        workers=workers,
+        executor=executor,
     ) as pool:
         warm = [
             e.model_copy(update={"trace_id": f"{i + 2 * 10**6:032x}"})
@@ -137,8 +139,9 @@ def vote_reply(messages: list[dict[str, Any]]) -> str:
 def run(
     n: int = 500, latency_s: float = 0.1, workers: int = 2, echo: Callable[[str], None] = print
 ) -> float:
-    """Run at concurrency 1 and 32 (one process), then 32 over ``workers`` processes;
-    returns the efficiency at 32 of the better of the two.
+    """Run at concurrency 1 and 32 (one process), then 32 over ``workers`` local processes
+    and over ``workers`` Ray workers (when Ray is installed); returns the best efficiency
+    at 32.
 
     The endpoint runs in its own process (as a real server would), so its threads do not
     compete with the judge for this process's interpreter lock.
@@ -183,15 +186,21 @@ def run(
             f"{ceiling:.2f} in one process (the client's own CPU cost per call)"
         )
         if workers > 1:
-            with tempfile.TemporaryDirectory() as tmp:
-                wall, judged = _measure_pool(base_url, n, 32, workers, Path(tmp))
-            ideal = n * latency_s / 32
-            echo(
-                f"concurrency 32 over {workers} processes (JudgePool): {judged}/{n} judged "
-                f"in {wall:6.2f} s (efficiency {ideal / wall:.2f}, "
-                f"{judged / wall:.1f} episodes/s)"
-            )
-            results[32] = max(results[32], ideal / wall)
+            for spec in ("processes", "ray"):
+                try:
+                    executor = open_executor(spec, workers=workers)
+                except MissingExtraError as exc:
+                    echo(f"{spec} executor skipped: {exc}")
+                    continue
+                with executor, tempfile.TemporaryDirectory() as tmp:
+                    wall, judged = _measure_pool(base_url, n, 32, executor, Path(tmp))
+                ideal = n * latency_s / 32
+                echo(
+                    f"concurrency 32 over {workers} workers ({spec} executor): {judged}/{n} "
+                    f"judged in {wall:6.2f} s (efficiency {ideal / wall:.2f}, "
+                    f"{judged / wall:.1f} episodes/s)"
+                )
+                results[32] = max(results[32], ideal / wall)
     finally:
         proc.terminate()
         proc.wait(10)

@@ -1,0 +1,49 @@
+"""The executor contract: run one picklable function over many items, same results anywhere.
+
+Evolve's fan-out work (judging shards, evaluation rollouts, dataset building, task runs) is
+written once against :class:`Executor`; the backend decides where it runs: in this process,
+in local threads or processes (:class:`~evoharness.sdk.executors.local.LocalExecutor`), or on a
+Ray cluster (:class:`~evoharness.sdk.executors.ray.RayExecutor`). Results come back in input
+order whatever the backend, so the same inputs give the same outputs on every backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+OnDone = Callable[[int, Any], None]
+"""Called in the caller's thread as each item finishes: ``(index, result)``."""
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Maps a function over items on some backend; results in input order.
+
+    ``fn`` and the items must pickle for process and Ray backends (module-level functions,
+    classes, ``functools.partial`` of them). An exception raised by ``fn`` is re-raised in the
+    caller as the original exception type (every evoharness exception pickles).
+    """
+
+    name: str
+    """The backend: ``inline``, ``threads``, ``processes`` or ``ray``."""
+
+    workers: int
+    """How many items run at once."""
+
+    def map(
+        self, fn: Callable[[T], R], items: Sequence[T], *, on_done: OnDone | None = None
+    ) -> list[R]:
+        """``[fn(x) for x in items]``, run on the backend."""
+        ...
+
+    def close(self) -> None:
+        """Release workers (idempotent)."""
+        ...
+
+    def __enter__(self) -> Executor: ...
+
+    def __exit__(self, *exc: object) -> None: ...

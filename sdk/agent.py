@@ -183,7 +183,7 @@ class _Call:
     pin: SessionPin
 
 
-_RUN_FIELDS = {f.name for f in dataclasses.fields(RunInfo)}
+_RUN_FIELDS = set(RunInfo.model_fields)
 
 
 class EvoAgent:
@@ -328,7 +328,7 @@ class EvoAgent:
                     pin = self._pins.setdefault(session, pin)  # a racing turn may have won
                     while len(self._pins) > self.max_sessions:
                         self._pins.popitem(last=False)
-        cfg["configurable"][PIN_KEY] = pin  # type: ignore[index]
+        cfg["configurable"][PIN_KEY] = pin
         info = self._run_info(payload, cfg, run, pin, user, session_id) if self.tracer else None
         return _Call(payload, cfg, info, pin)
 
@@ -341,7 +341,7 @@ class EvoAgent:
         user_id: str | None,
         session_id: str | None,
     ) -> RunInfo:
-        info = dataclasses.replace(run) if run else RunInfo(run_id=uuid.uuid4().hex)
+        info = run.model_copy(deep=True) if run else RunInfo(run_id=uuid.uuid4().hex)
         info.metadata = dict(info.metadata)
         if info.input is None and isinstance(payload, dict):
             info.input = first_human_text(list(payload.get("messages", [])))

@@ -15,6 +15,7 @@ import typer
 from evoharness.evolve.cli import bench, demo
 from evoharness.evolve.cli import evolve as evolve_cmd
 from evoharness.sdk import cli as sdk_cli
+from evoharness.sdk import cli_prompts
 
 __all__ = ["COMMANDS", "GROUPS", "build_app", "main"]
 
@@ -22,6 +23,7 @@ __all__ = ["COMMANDS", "GROUPS", "build_app", "main"]
 GROUPS: list[tuple[str, typer.Typer]] = [
     ("evolve", evolve_cmd.app),
     ("bench", bench.app),
+    ("prompts", cli_prompts.app),
 ]
 # ... and one line per top-level command (name, function).
 COMMANDS: list[tuple[str, Callable[..., Any]]] = [

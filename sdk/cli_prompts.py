@@ -1,0 +1,305 @@
+"""``evoharness prompts``: list, show, diff and create prompt versions; run their rollouts.
+
+Prompt versions and rollouts live in the artifact registry (``--registry``, default
+``.evoharness/registry.db``, or ``EVOHARNESS_REGISTRY``); with ``--langfuse`` the prompt
+versions and labels live in Langfuse prompt management instead (keys from the usual
+``LANGFUSE_*`` variables) while rollouts and decisions stay audited in the registry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from evoharness.harness.errors import ConfigError
+from evoharness.sdk.cli import console
+from evoharness.sdk.prompts import (
+    ACTIVE,
+    CANDIDATE,
+    PromptStore,
+    PromptTemplate,
+    RegistryPromptStore,
+    diff_templates,
+)
+from evoharness.sdk.registry import ArtifactNotFound, Registry, RegistryError, open_registry
+from evoharness.sdk.rollout import RolloutController
+from evoharness.sdk.rollout.traces import outcomes_from_store
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    help="Prompt versions and their A/B rollouts (staged, sticky, audited).",
+    no_args_is_help=True,
+)
+
+RegistryOption = Annotated[
+    str,
+    typer.Option(
+        envvar="EVOHARNESS_REGISTRY", help="Artifact registry: a SQLite path or postgresql://..."
+    ),
+]
+LangfuseOption = Annotated[
+    bool,
+    typer.Option(
+        "--langfuse",
+        help="Prompt versions in Langfuse (LANGFUSE_PUBLIC_KEY/SECRET_KEY/BASE_URL); the "
+        "registry keeps rollouts and the audit log.",
+    ),
+]
+REGISTRY = str(Path(".evoharness") / "registry.db")
+
+
+def _open(registry: str, langfuse: bool) -> tuple[Registry, PromptStore]:
+    reg = open_registry(registry)
+    local = RegistryPromptStore(reg)
+    if not langfuse:
+        return reg, local
+    from evoharness.harness import require_extra
+    from evoharness.sdk.prompts import LangfusePromptStore
+
+    lf = require_extra("langfuse", extra="langfuse", feature="--langfuse")
+    missing = [k for k in ("LANGFUSE_PUBLIC_KEY", "LANGFUSE_SECRET_KEY") if not os.environ.get(k)]
+    if missing:
+        raise ConfigError(f"--langfuse needs {missing} in the environment", field="langfuse")
+    return reg, LangfusePromptStore(lf.Langfuse(tracing_enabled=False), fallback=local)
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    if isinstance(exc, ConfigError):
+        raise exc
+    console.print(f"[red]error:[/red] {exc}")
+    return typer.Exit(1)
+
+
+@app.command("list")
+def list_prompts(registry: RegistryOption = REGISTRY, langfuse: LangfuseOption = False) -> None:
+    """Every prompt with its versions, the active one, and its rollout."""
+    reg, store = _open(registry, langfuse)
+    ctl = RolloutController(reg, store)
+    table = Table("prompt", "versions", "active", "candidate", "rollout")
+    for name in store.names():
+        labels = store.labels(name)
+        active = labels.get(ACTIVE)
+        sem = store.get(name, active).semver if active is not None else ""
+        exp = ctl.current(name)
+        roll = f"{exp.id} {exp.status} {exp.traffic:.0%}" if exp is not None else "-"
+        table.add_row(
+            name,
+            str(len(store.versions(name))),
+            f"v{active} ({sem})" if active is not None else "-",
+            f"v{labels[CANDIDATE]}" if CANDIDATE in labels else "-",
+            roll,
+        )
+    console.print(table)
+
+
+@app.command("show")
+def show(
+    name: str,
+    version: Annotated[int | None, typer.Option("--version", "-v")] = None,
+    label: Annotated[str | None, typer.Option(help="Label instead of a version.")] = None,
+    registry: RegistryOption = REGISTRY,
+    langfuse: LangfuseOption = False,
+) -> None:
+    """One version: metadata, sections (kind, static/dynamic, protected) and variables."""
+    _, store = _open(registry, langfuse)
+    try:
+        v = store.get(name, version, label=label)
+    except (ArtifactNotFound, RegistryError) as exc:
+        raise _fail(exc) from exc
+    console.print(
+        f"[bold]{v.ref}[/bold] semver {v.semver} status {v.status} labels {v.labels or '-'}\n"
+        f"author {v.author} parent {v.parent if v.parent is not None else '-'} "
+        f"hash {v.content_hash[:19]}\nchangelog: {v.changelog or '-'}"
+    )
+    for s in v.template.sections:
+        flags = ("dynamic" if s.is_dynamic else "static") + (", protected" if s.protected else "")
+        console.print(f"\n[bold]## {s.name}[/bold] ({s.kind}; {flags})\n{s.text}")
+    if v.template.variables:
+        console.print("\nvariables: " + json.dumps(v.template.variables))
+
+
+@app.command("diff")
+def diff(
+    name: str,
+    a: int,
+    b: int,
+    registry: RegistryOption = REGISTRY,
+    langfuse: LangfuseOption = False,
+) -> None:
+    """Section-aware diff of two versions."""
+    _, store = _open(registry, langfuse)
+    try:
+        va, vb = store.get(name, a), store.get(name, b)
+    except (ArtifactNotFound, RegistryError) as exc:
+        raise _fail(exc) from exc
+    console.print(f"{va.ref} ({va.semver}) -> {vb.ref} ({vb.semver})")
+    console.print(str(diff_templates(va.template, vb.template)), markup=False)
+
+
+def _template(path: Path) -> PromptTemplate:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        try:
+            return PromptTemplate.model_validate_json(text)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: not a prompt template: {exc}", field="file") from exc
+    return PromptTemplate.from_text(text.strip())
+
+
+@app.command("create")
+def create(
+    name: str,
+    file: Annotated[
+        Path,
+        typer.Option(
+            "--file",
+            "-f",
+            exists=True,
+            dir_okay=False,
+            help="A JSON template ({sections, variables}) or a plain-text prompt.",
+        ),
+    ],
+    semver: Annotated[str | None, typer.Option(help="Default: bumped from the parent.")] = None,
+    changelog: Annotated[str, typer.Option("--changelog", "-m")] = "",
+    author: Annotated[str, typer.Option()] = os.environ.get("USER", "evoharness"),
+    parent: Annotated[int | None, typer.Option(help="Default: the latest version.")] = None,
+    allow_protected: Annotated[
+        bool, typer.Option(help="Allow changing protected sections of the parent.")
+    ] = False,
+    activate: Annotated[bool, typer.Option(help="Make it active right away.")] = False,
+    registry: RegistryOption = REGISTRY,
+    langfuse: LangfuseOption = False,
+) -> None:
+    """Publish a new version (a draft unless --activate)."""
+    _, store = _open(registry, langfuse)
+    v = store.create(
+        name,
+        _template(file),
+        semver=semver,
+        changelog=changelog,
+        author=author,
+        parent=parent,
+        allow_protected_changes=allow_protected,
+    )
+    if activate:
+        store.promote(name, v.version, actor=author, reason=changelog or "created active")
+    console.print(f"created {v.ref} ({v.semver}){' active' if activate else ''}")
+
+
+@app.command("rollout")
+def rollout(
+    name: str,
+    version: int,
+    stages: Annotated[str, typer.Option(help="Traffic per stage, ending at 1.0.")] = "0.1,0.3,1.0",
+    dwell: Annotated[float, typer.Option(help="Minimum seconds per stage.")] = 3600.0,
+    reason: Annotated[str, typer.Option("--reason", "-m")] = "",
+    actor: Annotated[str, typer.Option()] = os.environ.get("USER", "evoharness"),
+    registry: RegistryOption = REGISTRY,
+    langfuse: LangfuseOption = False,
+) -> None:
+    """Start a staged rollout of VERSION against the active version."""
+    reg, store = _open(registry, langfuse)
+    try:
+        traffic = [float(s) for s in stages.split(",") if s.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--stages: {stages!r} is not a list of numbers", field="stages") from exc
+    try:
+        exp = RolloutController(reg, store).start(
+            name, version, stages=traffic, min_dwell_s=dwell, actor=actor, reason=reason
+        )
+    except (ArtifactNotFound, RegistryError) as exc:
+        raise _fail(exc) from exc
+    except ValueError as exc:  # pydantic validation of the stages
+        raise ConfigError(str(exc), field="stages") from exc
+    console.print(
+        f"started {exp.id}: v{version} vs control v{exp.control.version}, "
+        f"stages {', '.join(f'{s:.0%}' for s in exp.stages)}, dwell {dwell:g} s"
+    )
+
+
+@app.command("promote")
+def promote(
+    name: str,
+    version: Annotated[int | None, typer.Argument(help="Default: the rollout's candidate.")] = None,
+    reason: Annotated[str, typer.Option("--reason", "-m")] = "manual promote",
+    actor: Annotated[str, typer.Option()] = os.environ.get("USER", "evoharness"),
+    registry: RegistryOption = REGISTRY,
+    langfuse: LangfuseOption = False,
+) -> None:
+    """Promote now: the rollout's candidate (or VERSION) becomes active for new sessions."""
+    reg, store = _open(registry, langfuse)
+    try:
+        d = RolloutController(reg, store).promote(name, version=version, reason=reason, actor=actor)
+    except (ArtifactNotFound, RegistryError) as exc:
+        raise _fail(exc) from exc
+    console.print(f"promote: {d.reason}; active is v{store.labels(name).get(ACTIVE)}")
+
+
+@app.command("rollback")
+def rollback(
+    name: str,
+    reason: Annotated[str, typer.Option("--reason", "-m")] = "manual rollback",
+    actor: Annotated[str, typer.Option()] = os.environ.get("USER", "evoharness"),
+    registry: RegistryOption = REGISTRY,
+    langfuse: LangfuseOption = False,
+) -> None:
+    """Roll back now: end the running rollout, or restore the previously active version.
+
+    Takes effect for every new session at once; running sessions keep their version.
+    """
+    reg, store = _open(registry, langfuse)
+    try:
+        d = RolloutController(reg, store).rollback(name, reason=reason, actor=actor)
+    except (ArtifactNotFound, RegistryError) as exc:
+        raise _fail(exc) from exc
+    console.print(f"rollback: {d.reason}; active is v{store.labels(name).get(ACTIVE)}")
+
+
+@app.command("status")
+def status(
+    name: str,
+    db: Annotated[
+        Path | None, typer.Option("--db", help="Trace store to read the arms' outcomes from.")
+    ] = None,
+    apply: Annotated[bool, typer.Option(help="Apply the decision (default: dry run).")] = False,
+    registry: RegistryOption = REGISTRY,
+    langfuse: LangfuseOption = False,
+) -> None:
+    """The rollout's state and recent decisions; with --db, the engine's decision now."""
+    reg, store = _open(registry, langfuse)
+    ctl = RolloutController(reg, store)
+    exp = ctl.current(name)
+    labels = store.labels(name)
+    console.print(f"{name}: active v{labels.get(ACTIVE, '-')}, labels {labels}")
+    if exp is None:
+        console.print("no rollout")
+        return
+    arms = ", ".join(f"{a.name}=v{a.version}" for a in [exp.control, *exp.candidates])
+    console.print(
+        f"{exp.id}: {exp.status}, stage {exp.stage + 1}/{len(exp.stages)} "
+        f"({exp.traffic:.0%} exposed), arms {arms}\nlast: {exp.reason}"
+    )
+    for d in ctl.decisions(exp.id)[-5:]:
+        console.print(f"  {d.action:<8} {d.reason}", markup=False)
+    if db is None or not exp.running:
+        return
+    from evoharness.harness.tracing import TraceStore
+
+    traces = TraceStore(db)
+    try:
+        outcomes = outcomes_from_store(traces, exp)
+    finally:
+        traces.close()
+    if apply:
+        d = ctl.evaluate(name, outcomes)
+    else:
+        d = ctl.engine.decide_outcomes(exp, outcomes, now=ctl.clock())
+    console.print(f"decision{'' if apply else ' (dry run)'}: {d.action}: {d.reason}", markup=False)
+    for key, iv in sorted(d.intervals.items()):
+        console.print(f"  {key:<28} {iv}", markup=False)

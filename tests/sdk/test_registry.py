@@ -15,14 +15,17 @@ from typing import Any
 
 import pytest
 
+from evoharness.harness import GuardRule, GuardRuleSet, OutputGuardMiddleware
 from evoharness.harness.errors import ConfigError, EvoharnessError, MissingExtraError, RunError
 from evoharness.sdk.registry import (
     ActiveArtifact,
     ArtifactNotFound,
     ArtifactVersion,
+    GuardRuleVersions,
     Registry,
     RegistryError,
     SQLiteRegistry,
+    active_guard_rules,
     content_hash,
     open_registry,
 )
@@ -370,3 +373,99 @@ def test_active_artifact_follows_promote_and_rollback(reg: Registry) -> None:
     assert slow() == ["a"]
     reg.promote("guard_rules", "shop", 2)
     assert slow() == ["a"]  # cached until refresh_s passes
+
+
+# -- what evolve publishes: guard rules and memory snapshots, on both backends -----------------
+def test_guard_rules_publish_activate_rollback_audit(reg: Registry) -> None:
+    rules = GuardRuleVersions(reg, "shop", author="evolve:cycle")
+    provider = active_guard_rules(reg, "shop", refresh_s=0)
+    guard = OutputGuardMiddleware(rules_provider=provider)
+    secret = "your key is sk-abcdefgh12 and the password is hunter2"
+    assert guard.check(secret) == (secret, [], []) and guard.rules.version == 0
+
+    key = GuardRule(name="no-key", pattern=r"sk-[a-z0-9]{8,}", replacement="[key]")
+    v1 = rules.publish(GuardRuleSet(rules=(key,)), reason="leaked key in P0 cases")
+    assert v1.version == 1 and guard.check(secret)[0] == secret.replace("sk-abcdefgh12", "[key]")
+    password = GuardRule(name="no-password", pattern="password", action="block")
+    v2 = rules.publish(v1.model_copy(update={"rules": (key, password)}))
+    assert guard.check(secret) == (None, ["no-key"], ["no-password"]) and guard.rules == v2
+    assert '+      "name": "no-password",' in rules.diff(1, 2).splitlines()
+
+    back = rules.rollback(reason="blocks too much")
+    assert back == v1 and guard.check(secret)[2] == [] and guard.rules.version == 1
+    with pytest.raises(ArtifactNotFound):
+        rules.rollback()  # v1 was the first active version
+    assert rules.activate(2) == v2 and rules.versions() == [1, 2]
+    assert [(e.action, e.version, e.previous, e.actor) for e in reg.events("guard_rules")] == [
+        ("publish", 1, None, "evolve:cycle"),
+        ("promote", 1, None, "evolve:cycle"),
+        ("publish", 2, None, "evolve:cycle"),
+        ("promote", 2, 1, "evolve:cycle"),
+        ("rollback", 1, 2, "evolve:cycle"),
+        ("promote", 2, 1, "evolve:cycle"),
+    ]
+    assert reg.events("guard_rules")[4].reason == "blocks too much"
+    assert reg.get("guard_rules", "shop", 2).parent == 1
+
+
+def test_guard_rules_reach_the_agent_through_the_harness(reg: Registry) -> None:
+    from langchain.agents import create_agent
+    from langchain_core.messages import HumanMessage
+
+    from evoharness.harness import HarnessConfig, default_middleware
+    from evoharness.sdk.testing import ScriptedChatModel
+
+    rules = GuardRuleVersions(reg)
+    rules.publish(GuardRuleSet(rules=(GuardRule(name="no-key", pattern=r"sk-[a-z0-9]{8,}"),)))
+    config = HarnessConfig(
+        guard_rules_provider=active_guard_rules(reg, refresh_s=0), breaker=None, drift_every=None
+    )
+
+    def answer() -> str:
+        model = ScriptedChatModel(script=["the key is sk-abcdefgh12"])
+        agent: Any = create_agent(model, [], middleware=default_middleware(config))
+        return str(agent.invoke({"messages": [HumanMessage("key?")]})["messages"][-1].content)
+
+    assert answer() == "the key is [redacted]"
+    rules.publish(GuardRuleSet(rules=()))  # an empty set, then roll back to the rule
+    assert answer() == "the key is sk-abcdefgh12"
+    rules.rollback()
+    assert answer() == "the key is [redacted]"
+
+
+def test_memory_snapshots_publish_restore_rollback_audit(registry_url: str, tmp_path: Path) -> None:
+    from evoharness.evolve.memory import MemoryEntry, MemoryStore
+
+    def entry(summary: str) -> MemoryEntry:
+        return MemoryEntry(kind="strategy", query_pattern="kitchen", summary=summary)
+
+    reg = open_registry(registry_url)
+    store = MemoryStore(tmp_path / "live.db", registry=reg, name="shop", author="evolve:cycle")
+    a, b = entry("search then summarise"), entry("compare landed prices")
+    v1 = store.replace({a.id: a}, note="cycle 1")
+    v2 = store.replace({a.id: a, b.id: b}, note="cycle 2")
+    assert (v1, v2) == (1, 2) and store.active_version() == 2
+    snapshot = reg.get("memory", "shop", label="active")
+    assert [e["id"] for e in snapshot.content] == sorted([a.id, b.id])
+    assert snapshot.metadata == {"note": "cycle 2"} and snapshot.author == "evolve:cycle"
+
+    assert store.restore(v1) == 1 and list(store.entries()) == [a.id]
+    assert store.rollback() == 2 and set(store.entries()) == {a.id, b.id}
+    assert store.rollback() == 1 and list(store.entries()) == [a.id]
+    assert len(store.versions()) == 2  # restores and rollbacks publish nothing
+
+    # a second app instance on the same registry sees the same snapshots
+    other = MemoryStore(tmp_path / "other.db", registry=reg, name="shop")
+    assert [v for v, _, _ in other.versions()] == [1, 2] and other.active_version() == 1
+    assert [(e.action, e.version, e.previous) for e in reg.events("memory", "shop")] == [
+        ("publish", 1, None),
+        ("promote", 1, None),
+        ("publish", 2, None),
+        ("promote", 2, 1),
+        ("promote", 1, 2),
+        ("rollback", 2, 1),
+        ("rollback", 1, 2),
+    ]
+    store.close()
+    other.close()
+    reg.close()

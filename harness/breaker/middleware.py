@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import ToolCall, ToolMessage
+from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
+from pydantic import ValidationError
 
 from evoharness.harness._messages import ToolResult, observation
 from evoharness.harness.breaker.state import (
@@ -53,20 +56,87 @@ def error_result(result: ToolResult) -> bool:
     return isinstance(result, ToolMessage) and result.status == "error"
 
 
+# Ends of a call that say nothing about the tool's health: neither success nor failure.
+_NO_OUTCOME: tuple[type[BaseException], ...] = (
+    asyncio.CancelledError,
+    KeyboardInterrupt,
+    GeneratorExit,
+    SystemExit,
+    GraphBubbleUp,  # interrupts and parent commands are control flow
+)
+
+
+class _WatchedTool:
+    """Stands in for ``request.tool`` for one call: notes whether the tool actually ran and
+    what it raised, so the breaker can classify an exception that an inner
+    ``ToolErrorMiddleware`` (or the tool node) turns into an error message."""
+
+    __slots__ = ("invoked", "raised", "tool")
+
+    def __init__(self, tool: Any) -> None:
+        self.tool = tool
+        self.invoked = False
+        self.raised: BaseException | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tool, name)
+
+    def invoke(self, *args: Any, **kwargs: Any) -> Any:
+        self.invoked = True
+        try:
+            return self.tool.invoke(*args, **kwargs)
+        except BaseException as exc:
+            self.raised = exc
+            raise
+
+    async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
+        self.invoked = True
+        try:
+            return await self.tool.ainvoke(*args, **kwargs)
+        except BaseException as exc:
+            self.raised = exc
+            raise
+
+
+def _bad_arguments(exc: BaseException, tool: Any) -> bool:
+    """True for the validation error of the tool's own argument schema (the model's fault)."""
+    if not isinstance(exc, ValidationError):
+        return False
+    names = set()
+    for attr in ("args_schema", "tool_call_schema"):
+        schema = getattr(tool, attr, None)
+        if isinstance(schema, type):
+            names.add(schema.__name__)
+    return exc.title in names
+
+
 class CircuitBreakerMiddleware(AgentMiddleware[Any, Any, Any]):
     """Short-circuit calls to failing tools with a structured observation.
 
     An open circuit answers ``"<key> unavailable (circuit open), retry in N s"`` as an error
     tool message instead of raising, so the model can switch platform or finish. Place it
-    outside retry middleware (earlier in the list) so retries do not burn an open circuit,
-    and outside ``ToolErrorMiddleware`` so converted errors still count as failures.
+    outside retry middleware (earlier in the list) so retries do not burn an open circuit.
+
+    Classification (resilience4j's rules, plus the agent's own):
+
+    * an exception in ``ignore_exceptions``, a cancelled call (``CancelledError``,
+      ``KeyboardInterrupt``, ``GeneratorExit``) or a graph interrupt is *no outcome*: the
+      permit (a half-open probe lease) is given back, nothing is counted;
+    * a call whose arguments fail the tool's schema, and a call refused before the tool ran
+      (governance placed inside the breaker), are no outcome either: the model's mistake
+      says nothing about the backend;
+    * an exception in ``failure_exceptions`` is a failure, any other exception a success;
+      this holds also when an inner ``ToolErrorMiddleware`` turned it into a message (the
+      breaker sees what the tool raised);
+    * otherwise ``is_failure(result)`` decides, and a call strictly slower than
+      ``slow_call_threshold_s`` is a failure.
 
     Args:
         config: Thresholds; ignored when ``backend`` is given.
         backend: Where state lives (default in-process; see ``RedisBreakerBackend``).
         key: Maps a tool call to its breaker key (default: tool name).
-        failure_exceptions: Exceptions that count as failures (others pass through
-            uncounted as successes).
+        failure_exceptions: Exceptions that count as failures.
+        ignore_exceptions: Exceptions that count as nothing (checked first).
         is_failure: Predicate over a tool result that counts it as a failure.
         events: Receives ``breaker_open``/``breaker_half_open``/``breaker_closed`` and
             ``breaker_rejected`` events.
@@ -79,15 +149,19 @@ class CircuitBreakerMiddleware(AgentMiddleware[Any, Any, Any]):
         backend: BreakerBackend | None = None,
         key: KeyFn = key_by_tool,
         failure_exceptions: tuple[type[BaseException], ...] = (Exception,),
+        ignore_exceptions: tuple[type[BaseException], ...] = (),
         is_failure: ResultPredicate = error_result,
         events: EventLog | None = None,
         name: str | None = None,
     ) -> None:
         super().__init__()
-        self.backend: BreakerBackend = backend or InMemoryBreakerBackend(config)
+        self.backend: BreakerBackend = (
+            backend if backend is not None else InMemoryBreakerBackend(config)
+        )
         self.config: BreakerConfig = getattr(self.backend, "config", config or BreakerConfig())
         self.key = key
         self.failure_exceptions = failure_exceptions
+        self.ignore_exceptions = ignore_exceptions
         self.is_failure = is_failure
         self.events = events or EventLog()
         self._name = name
@@ -118,13 +192,43 @@ class CircuitBreakerMiddleware(AgentMiddleware[Any, Any, Any]):
             "Use another tool or platform, or finish with what you have.",
         )
 
+    def _exception_outcome(self, exc: BaseException, tool: Any) -> bool | None:
+        """True = failure, False = success, None = no outcome."""
+        if isinstance(exc, (*_NO_OUTCOME, *self.ignore_exceptions)):
+            return None
+        if _bad_arguments(exc, tool):
+            return None
+        return isinstance(exc, self.failure_exceptions)
+
     def _failed(self, outcome: ToolResult | BaseException, elapsed: float) -> bool:
-        slow = self.config.slow_call_threshold_s
-        if slow is not None and elapsed >= slow:
-            return True
+        """Failure or not, for an outcome of a call that ran (exceptions: see above)."""
         if isinstance(outcome, BaseException):
-            return isinstance(outcome, self.failure_exceptions)
+            return bool(self._exception_outcome(outcome, None))
+        slow = self.config.slow_call_threshold_s
+        if slow is not None and elapsed > slow:
+            return True
         return self.is_failure(outcome)
+
+    def classify(
+        self, outcome: ToolResult | BaseException, elapsed: float, watched: _WatchedTool
+    ) -> bool | None:
+        """The breaker's verdict on one call: failure, success, or ``None`` (no outcome)."""
+        if isinstance(outcome, BaseException):
+            return self._exception_outcome(outcome, watched.tool)
+        if isinstance(outcome, ToolMessage) and outcome.status == "error":
+            if not watched.invoked:
+                return None  # refused before the tool ran (governance, validation inside)
+            if watched.raised is not None:  # an inner layer turned an exception into text
+                verdict = self._exception_outcome(watched.raised, watched.tool)
+                if verdict is None or not verdict:
+                    return verdict
+        return self._failed(outcome, elapsed)
+
+    def _settle(self, key: str, permit: Permit, verdict: bool | None) -> None:
+        if verdict is None:
+            self.backend.release(key, permit)
+        else:
+            self._report(self.backend.record(key, failure=verdict, permit=permit))
 
     # -- hooks -----------------------------------------------------------------------------
     def wrap_tool_call(
@@ -140,17 +244,14 @@ class CircuitBreakerMiddleware(AgentMiddleware[Any, Any, Any]):
             self._report(moved)
         if not permit.allowed:
             return self._blocked(request, key, permit)
+        watched = _WatchedTool(request.tool)
         started = time.perf_counter()
         try:
-            result = handler(request)
+            result = handler(request.override(tool=cast(Any, watched)))
         except BaseException as exc:
-            self._report(self.backend.record(key, failure=self._failed(exc, 0.0)))
+            self._settle(key, permit, self.classify(exc, 0.0, watched))
             raise
-        moved = self.backend.record(
-            key, failure=self._failed(result, time.perf_counter() - started)
-        )
-        if moved:
-            self._report(moved)
+        self._settle(key, permit, self.classify(result, time.perf_counter() - started, watched))
         return result
 
     async def awrap_tool_call(
@@ -170,17 +271,31 @@ class CircuitBreakerMiddleware(AgentMiddleware[Any, Any, Any]):
         if not permit.allowed:
             return self._blocked(request, key, permit)
 
-        async def record(failure: bool) -> None:
+        async def settle(verdict: bool | None) -> None:
             if io:
-                self._report(await asyncio.to_thread(self.backend.record, key, failure=failure))
+                await asyncio.to_thread(self._settle, key, permit, verdict)
             else:
-                self._report(self.backend.record(key, failure=failure))
+                self._settle(key, permit, verdict)
 
+        watched = _WatchedTool(request.tool)
         started = time.perf_counter()
         try:
-            result = await handler(request)
+            result = await handler(request.override(tool=cast(Any, watched)))
         except BaseException as exc:
-            await record(self._failed(exc, 0.0))
+            verdict = self.classify(exc, 0.0, watched)
+            if isinstance(exc, asyncio.CancelledError):
+                # the task is being cancelled: give the permit back without awaiting
+                self._release_soon(key, permit)
+            else:
+                await settle(verdict)
             raise
-        await record(self._failed(result, time.perf_counter() - started))
+        await settle(self.classify(result, time.perf_counter() - started, watched))
         return result
+
+    def _release_soon(self, key: str, permit: Permit) -> None:
+        if permit.lease is None:
+            return
+        if self.backend.blocking_io:  # off the loop, and not awaited by a cancelled task
+            threading.Thread(target=self.backend.release, args=(key, permit), daemon=True).start()
+        else:
+            self.backend.release(key, permit)

@@ -71,7 +71,8 @@ def test_half_open_probe_limit_is_global(redis_url: str, redis_prefix: str) -> N
     second, _ = b.acquire("k")
     assert first.allowed and first.state == "half_open" and moved[0].to_state == "half_open"
     assert not second.allowed
-    assert b.record("k", failure=False)[0].to_state == "closed"
+    assert not b.record("k", failure=False, permit=second)  # a refused permit reports nothing
+    assert b.record("k", failure=False, permit=first)[0].to_state == "closed"
     assert a.state("k") == "closed"
 
 
@@ -136,6 +137,8 @@ def test_outage_falls_back_locally_then_resyncs(own_redis: dict[str, Any]) -> No
     assert events.counts()["breaker_backend_degraded"] == 1
     own_redis["proc"] = _start_redis(own_redis["port"])  # back, but empty (no persistence)
     time.sleep(0.06)
+    assert b.state("k") == "open"  # answered locally; this call starts the resync thread
+    assert b.wait_resynced(10)
     assert b.state("k") == "open"  # resync re-opened the circuit in Redis
     assert not b.degraded
     (restored,) = events.of_kind("breaker_backend_restored")

@@ -19,6 +19,7 @@ from evoharness.harness.compose import ComposedMiddleware
 from evoharness.harness.context.reference import ReferenceMiddleware, ReferenceProvider
 from evoharness.harness.control.drift_check import DriftCheckMiddleware
 from evoharness.harness.control.loop_detection import LoopDetectionMiddleware, detect_loop
+from evoharness.harness.control.reply_check import ReplyCheckConfig, ReplyCheckMiddleware
 from evoharness.harness.control.token_budget import TokenBudgetMiddleware, tokens_used
 from evoharness.harness.errors import (
     ConfigError,
@@ -84,6 +85,8 @@ __all__ = [
     "ReferenceMiddleware",
     "ReferenceProvider",
     "Reject",
+    "ReplyCheckConfig",
+    "ReplyCheckMiddleware",
     "RunError",
     "ScriptExhaustedError",
     "SessionScope",

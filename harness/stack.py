@@ -18,11 +18,12 @@ from evoharness.harness.context import ContextConfig, ContextMiddleware
 from evoharness.harness.context.reference import ReferenceMiddleware, ReferenceProvider
 from evoharness.harness.control.drift_check import DriftCheckMiddleware
 from evoharness.harness.control.loop_detection import LoopDetectionMiddleware
+from evoharness.harness.control.reply_check import ReplyCheckConfig, ReplyCheckMiddleware
 from evoharness.harness.control.token_budget import TokenBudgetMiddleware
 from evoharness.harness.events import EventLog
 from evoharness.harness.governance.output_guard import GuardRuleSet, OutputGuardMiddleware
 from evoharness.harness.governance.tool_guard import PhasePolicy, ToolGuardMiddleware
-from evoharness.harness.hooks.middleware import HookRegistry, HooksMiddleware
+from evoharness.harness.hooks.middleware import HookRegistry, HooksMiddleware, default_registry
 
 
 class HarnessConfig(BaseModel):
@@ -35,11 +36,19 @@ class HarnessConfig(BaseModel):
     max_result_chars: int | None = 8_000
     phases: PhasePolicy | None = None
     loop_same_call: int = 3
-    loop_same_tool: int = 6
+    """Calls of one tool with equivalent arguments and unchanged results that make a loop."""
+    loop_same_tool: int | None = None
+    """Consecutive calls of one tool, any arguments, that make a loop (off: batches are
+    legitimate work)."""
     loop_escalate_after: int = 2
     budget_tokens: int | None = None
     drift_every: int | None = 3
+    """Rounds between drift checks; the check runs only with a ``drift_checker`` model (a
+    lexical rule alone is too weak to interrupt a run)."""
     terminal_tool: str | None = None
+    """The tool that ends a run: drift and reply checks nudge the model towards it."""
+    reply_check: ReplyCheckConfig | None = Field(default_factory=ReplyCheckConfig)
+    """Malformed tool calls, empty and cut-off replies; off when ``None``."""
     guard_rules: GuardRuleSet | None = None
     guard_rules_path: Path | None = None
     """A rule file reloaded when it changes."""
@@ -66,6 +75,7 @@ def default_middleware(
     breaker_backend: BreakerBackend | None = None,
     references: ReferenceProvider | None = None,
     summarizer: BaseChatModel | None = None,
+    drift_checker: BaseChatModel | None = None,
     compose: bool = True,
 ) -> list[AgentMiddleware[Any, Any, Any]]:
     """The full harness, outermost first.
@@ -80,12 +90,20 @@ def default_middleware(
     tool exception is turned into an error observation (the run goes on) and still counts
     as a breaker failure. Context engineering (when configured) sits inside the tool guard,
     so bulky results are projected or offloaded before the guard would truncate them.
-    All behaviours share ``events``.
+    The reply check is outermost: it turns a malformed reply into an error observation
+    before any other behaviour sees its calls. All behaviours share ``events``.
+
+    Hooks come from ``hooks``, or else from the module-level registry that
+    :func:`~evoharness.harness.hooks.hook` fills; register them before calling this. The
+    drift check runs only with a ``drift_checker`` model.
     """
     c = config or HarnessConfig()
     log = events or EventLog()
-    stack: list[AgentMiddleware[Any, Any, Any]] = [
-        HooksMiddleware(hooks or HookRegistry(), events=log),
+    stack: list[AgentMiddleware[Any, Any, Any]] = []
+    if c.reply_check is not None:
+        stack.append(ReplyCheckMiddleware(c.reply_check, terminal_tool=c.terminal_tool, events=log))
+    stack += [
+        HooksMiddleware(hooks if hooks is not None else default_registry, events=log),
         # outside the reflect controls: it sees the final answer after they changed it
         OutputGuardMiddleware(
             rules=c.guard_rules,
@@ -100,9 +118,14 @@ def default_middleware(
             events=log,
         ),
     ]
-    if c.drift_every is not None:
+    if c.drift_every is not None and drift_checker is not None:
         stack.append(
-            DriftCheckMiddleware(every=c.drift_every, terminal_tool=c.terminal_tool, events=log)
+            DriftCheckMiddleware(
+                every=c.drift_every,
+                checker=drift_checker,
+                terminal_tool=c.terminal_tool,
+                events=log,
+            )
         )
     if c.budget_tokens is not None:
         stack.append(TokenBudgetMiddleware(budget_tokens=c.budget_tokens, events=log))

@@ -69,14 +69,20 @@ def parse_verdict(text: str) -> Verdict | None:
 
 
 class DriftCheckMiddleware(AgentMiddleware[Any, Any, Any]):
-    """Every ``every`` rounds, compare recent actions with the request.
+    """Every ``every`` rounds, compare the current turn's recent actions with its request.
 
-    A cheap rule first: the share of the request's content words that appear in the last
-    ``window`` tool calls. Below ``min_overlap`` the round is suspicious; with a ``checker``
-    model the checker gives the verdict (normal / light / severe), without one a suspicious
-    round counts as light. Light and severe inject a refocus note into the next call;
-    ``severe_limit`` consecutive severe verdicts force the terminal step: the next call gets
-    ``tool_choice`` set to ``terminal_tool``.
+    A cheap rule first: the share of the request's content words (the newest user
+    message's) that appear in the turn's last ``window`` tool calls. Below ``min_overlap``
+    the round is suspicious and the ``checker`` model gives the verdict (normal / light /
+    severe). Light and severe inject a refocus note into the next call; ``severe_limit``
+    consecutive severe verdicts force the terminal step: the next call gets ``tool_choice``
+    set to ``terminal_tool``.
+
+    Without a checker a suspicious round is only recorded (``drift_suspected``): word
+    overlap is weak evidence (correct runs use ids, codes and synonyms the request never
+    says; a note on that evidence warned 28 of 97 correct runs of one benchmark), and a
+    harness that interrupts correct work is worse than none. A checker reply without a
+    verdict word is recorded (``drift_checker_unparsable``) and changes nothing.
     """
 
     def __init__(
@@ -105,14 +111,15 @@ class DriftCheckMiddleware(AgentMiddleware[Any, Any, Any]):
         rounds = _model_calls(messages)
         if rounds == 0 or rounds % self.every:
             return None
-        request = next((text_of(m) for m in messages if isinstance(m, HumanMessage)), "")
-        actions: list[str] = []  # the last `window` tool calls, newest scanned first
+        request = ""
+        actions: list[str] = []  # the turn's last `window` tool calls, newest scanned first
         for m in reversed(messages):
-            if isinstance(m, AIMessage):
+            if isinstance(m, HumanMessage):
+                request = text_of(m)  # the current turn's request
+                break
+            if isinstance(m, AIMessage) and len(actions) < self.window:
                 for c in reversed(m.tool_calls):
                     actions.append(f"{c['name']} {' '.join(str(v) for v in c['args'].values())}")
-                if len(actions) >= self.window:
-                    break
         actions = actions[: self.window][::-1]
         if not actions:
             return None
@@ -128,6 +135,8 @@ class DriftCheckMiddleware(AgentMiddleware[Any, Any, Any]):
     @staticmethod
     def _previous_streak(messages: Sequence[AnyMessage]) -> int:
         for m in reversed(messages[:-1]):  # the newest is the reply being judged
+            if isinstance(m, HumanMessage):
+                return 0  # a new turn starts a new streak
             if isinstance(m, AIMessage) and DRIFT_KEY in m.response_metadata:
                 return int(m.response_metadata[DRIFT_KEY].get("severe_streak", 0))
         return 0
@@ -158,27 +167,32 @@ class DriftCheckMiddleware(AgentMiddleware[Any, Any, Any]):
             "hint": hint,
         }
 
-    def _verdict(self, reply: Any) -> Verdict:
-        if self.checker is None:
-            return "light"
+    def _verdict(
+        self, messages: Sequence[AnyMessage], reply: Any, score: float
+    ) -> DriftVerdict | None:
         verdict = parse_verdict(text_of(reply)) if isinstance(reply, AIMessage) else None
         if verdict is None:
-            self.events.emit("drift_checker_unparsable", self.name)
-        return verdict or "light"
+            self.events.emit("drift_checker_unparsable", self.name, overlap=round(score, 3))
+            return None
+        return self._decide(messages, verdict, score)
+
+    def _unchecked(self, score: float) -> None:
+        """No checker: record the suspicion, never act on it."""
+        self.events.emit("drift_suspected", self.name, overlap=round(score, 3))
 
     def reflect(self, messages: Sequence[AnyMessage]) -> DriftVerdict | None:
         """The post_reflect decision on a history ending with a fresh reply (sync; asks the
-        checker when the round is suspicious); ``None`` when not checked or on track."""
+        checker when the round is suspicious); ``None`` when not checked, on track, or
+        without a checker's verdict."""
         found = self._suspicion(messages)
         if found is None:
             return None
         request, actions, score = found
-        reply = (
-            self.checker.invoke(self._checker_input(request, actions))
-            if self.checker is not None
-            else None
-        )
-        return self._decide(messages, self._verdict(reply), score)
+        if self.checker is None:
+            self._unchecked(score)
+            return None
+        reply = self.checker.invoke(self._checker_input(request, actions))
+        return self._verdict(messages, reply, score)
 
     async def areflect(self, messages: Sequence[AnyMessage]) -> DriftVerdict | None:
         """Async twin of :meth:`reflect`."""
@@ -186,12 +200,11 @@ class DriftCheckMiddleware(AgentMiddleware[Any, Any, Any]):
         if found is None:
             return None
         request, actions, score = found
-        reply = (
-            await self.checker.ainvoke(self._checker_input(request, actions))
-            if self.checker is not None
-            else None
-        )
-        return self._decide(messages, self._verdict(reply), score)
+        if self.checker is None:
+            self._unchecked(score)
+            return None
+        reply = await self.checker.ainvoke(self._checker_input(request, actions))
+        return self._verdict(messages, reply, score)
 
     def _judged(
         self, request: ModelRequest[Any], response: ModelResponse[Any]

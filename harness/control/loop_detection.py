@@ -1,5 +1,11 @@
 """Loop detection (post_reflect) with a next-round hint (pre_think) and escalation.
 
+A loop is the same call repeating without new information: the same tool with the same
+or equivalent arguments (see :func:`~evoharness.harness._history.call_key`) whose results
+stopped changing. One tool used many times on different inputs (a batch of deletes, a
+crawl) is not a loop, and neither is a poll whose answer keeps changing. A-B-A-B cycles
+are caught too: each of their calls repeats with the same arguments and the same result.
+
 The detector keeps no state of its own: whether the newest reply closed a loop, and how
 many warnings were given, are read off the message history (an incremental fold), so a
 resumed checkpoint continues exactly where the run stopped and the graph carries no
@@ -12,46 +18,72 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
-from langchain_core.messages import AIMessage, AnyMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 
 from evoharness.harness._fold import MessageFold
-from evoharness.harness._history import CallStats
-from evoharness.harness._messages import last_ai, with_note
+from evoharness.harness._history import CallKey, CallStats, call_key, result_digest
+from evoharness.harness._messages import with_note
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
 
 
-def detect_loop(messages: Sequence[AnyMessage], *, same_call: int, same_tool: int) -> str | None:
-    """Describe the loop the newest tool calls close, or ``None``.
+def repeated(name: str, times: int) -> str:
+    """How a loop of ``times`` identical calls of ``name`` is described."""
+    return f"called {name} with the same arguments {times} times without new results"
 
-    A loop is the same tool with the same arguments ``same_call`` times in the history, or
-    the same tool ``same_tool`` times in a row.
+
+def detect_loop(
+    messages: Sequence[AnyMessage], *, same_call: int, same_tool: int | None = None
+) -> str | None:
+    """Describe the loop the newest tool calls close, or ``None`` (the reference rule).
+
+    Only the current turn counts (messages after the last user message). A call of the
+    newest reply closes a loop when, counting it, the same call (equivalent arguments)
+    was made ``same_call`` times since its result last changed; results are matched to
+    calls by ``tool_call_id``, and a call without a result yet brings no new information.
+    With ``same_tool``, ``same_tool`` consecutive calls of one tool, whatever their
+    arguments, also count (off by default: batches over many inputs are legitimate).
+    :class:`LoopDetectionMiddleware` computes the same verdicts incrementally.
     """
-    newest = last_ai(messages)
+    start = 0
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], HumanMessage):
+            start = i + 1
+            break
+    turn = messages[start:]
+    newest = next((m for m in reversed(turn) if isinstance(m, AIMessage)), None)
     if newest is None or not newest.tool_calls:
         return None
-    # One reverse pass of cheap name/dict comparisons: this runs after every model reply.
-    wanted = [(c["name"], c["args"]) for c in newest.tool_calls]
-    times = [0] * len(wanted)
-    last_name = newest.tool_calls[-1]["name"]
-    streak, streaking = 0, True
-    for m in reversed(messages):
-        if not isinstance(m, AIMessage):
-            continue
-        for c in reversed(m.tool_calls):
-            if streaking:
-                if c["name"] == last_name:
-                    streak += 1
-                else:
-                    streaking = False
-            for k, (name, args) in enumerate(wanted):
-                if c["name"] == name and c["args"] == args:
-                    times[k] += 1
-    for (name, _), n in zip(wanted, times, strict=True):
-        if n >= same_call:
-            return f"called {name} with the same arguments {n} times"
-    if streak >= same_tool:
-        return f"called {last_name} {streak} times in a row"
+    results = {m.tool_call_id: result_digest(m) for m in turn if isinstance(m, ToolMessage)}
+    occurrences: dict[CallKey, list[int | None]] = {}  # per key: result digests, in call order
+    names: list[str] = []
+    for m in turn:
+        if isinstance(m, AIMessage):
+            for c in m.tool_calls:
+                digest = results.get(c["id"]) if c["id"] is not None else None
+                occurrences.setdefault(call_key(c), []).append(digest)
+                names.append(c["name"])
+    for c in newest.tool_calls:
+        seen = occurrences[call_key(c)]
+        # the occurrences since the last one whose result differed from the one before it
+        first, previous = 0, None
+        for i, digest in enumerate(seen):
+            if digest is None:
+                continue
+            if previous is not None and digest != previous:
+                first = i
+            previous = digest
+        if len(seen) - first >= same_call:
+            return repeated(c["name"], len(seen) - first)
+    if same_tool is not None:
+        last = names[-1]
+        streak = 0
+        for name in reversed(names):
+            if name != last:
+                break
+            streak += 1
+        if streak >= same_tool:
+            return f"called {last} {streak} times in a row"
     return None
 
 
@@ -67,21 +99,29 @@ class LoopTrack(NamedTuple):
     @staticmethod
     def empty() -> LoopTrack:
         """The track of an empty history."""
-        return LoopTrack(CallStats.empty())
+        return _EMPTY_TRACK
+
+
+_EMPTY_TRACK = LoopTrack(CallStats.empty())
 
 
 class LoopDetectionMiddleware(AgentMiddleware[Any, Any, Any]):
-    """Stop agents that repeat themselves.
+    """Stop agents that repeat themselves without getting anywhere.
 
     Right after each model reply (post_reflect, run inside the model call so it adds no
-    graph node) it checks the tool-call history. The first ``escalate_after`` detections
-    inject a "change approach / finish with what you have" note into the next model call
-    only (pre_think); the next one ends the run: the looping reply's tool calls are dropped,
-    so the agent finishes with that reply.
+    graph node) it checks the reply's tool calls against the turn's history (see
+    :func:`detect_loop` for the rule). The first ``escalate_after`` detections inject a
+    "change approach / finish with what you have" note into the next model call only
+    (pre_think); the next one ends the run: the looping reply's tool calls are dropped, so
+    the agent finishes with that reply. A new user message starts afresh.
 
     Args:
-        same_call: Identical (tool, arguments) calls that count as a loop.
-        same_tool: Consecutive calls of one tool that count as a loop.
+        same_call: Calls of one tool with equivalent arguments, without a change in their
+            result, that count as a loop.
+        same_tool: Consecutive calls of one tool, whatever the arguments, that count as a
+            loop. ``None`` (default) turns this rule off: a batch over many inputs is
+            legitimate work, and a runaway over distinct inputs is bounded by the token
+            budget and the step limit instead.
         escalate_after: Hints before the run is ended.
         events: Receives ``loop_hint`` and ``loop_stopped``.
     """
@@ -90,13 +130,18 @@ class LoopDetectionMiddleware(AgentMiddleware[Any, Any, Any]):
         self,
         *,
         same_call: int = 3,
-        same_tool: int = 6,
+        same_tool: int | None = None,
         escalate_after: int = 2,
         events: EventLog | None = None,
     ) -> None:
         super().__init__()
-        if same_call < 2 or same_tool < 2:
-            raise ConfigError("same_call and same_tool must be at least 2", field="same_call")
+        if same_call < 2 or (same_tool is not None and same_tool < 2):
+            raise ConfigError(
+                "same_call and same_tool must be at least 2 (same_tool=None turns it off)",
+                field="same_call",
+            )
+        if escalate_after < 0:
+            raise ConfigError("escalate_after must be >= 0", field="escalate_after")
         self.same_call = same_call
         self.same_tool = same_tool
         self.escalate_after = escalate_after
@@ -104,19 +149,24 @@ class LoopDetectionMiddleware(AgentMiddleware[Any, Any, Any]):
         self._track = MessageFold(self._step, LoopTrack.empty)
 
     def _step(self, track: LoopTrack, message: object) -> LoopTrack:
-        if not isinstance(message, AIMessage):
-            return track
-        calls = track.calls.add(message)
-        found = self._found(calls, message)
-        return LoopTrack(calls, track.detections + (found is not None), found)
+        if isinstance(message, AIMessage):
+            calls = track.calls.add(message)
+            found = self._found(calls, message)
+            return LoopTrack(calls, track.detections + (found is not None), found)
+        if isinstance(message, ToolMessage):
+            calls = track.calls.add(message)
+            return track if calls is track.calls else track._replace(calls=calls)
+        if isinstance(message, HumanMessage):
+            return _EMPTY_TRACK  # a new turn: new information, and the warnings start over
+        return track
 
     def _found(self, stats: CallStats, reply: AIMessage) -> str | None:
         """Same verdict as :func:`detect_loop`, from folded statistics."""
         for key in stats.last_keys:
-            times = stats.counts[key]
+            times = stats.counts[key][0]
             if times >= self.same_call:
-                return f"called {key[0]} with the same arguments {times} times"
-        if reply.tool_calls and stats.streak >= self.same_tool:
+                return repeated(key[0], times)
+        if self.same_tool is not None and reply.tool_calls and stats.streak >= self.same_tool:
             return f"called {stats.last_name} {stats.streak} times in a row"
         return None
 

@@ -99,7 +99,7 @@ def test_stats_count_calls_streaks_and_tokens() -> None:
         reply(3, "b", q=2),
     ]
     calls = scratch(msgs)
-    assert calls.counts[call_key({"name": "a", "args": {"q": 1}, "id": "x"})] == 2
+    assert calls.times(call_key({"name": "a", "args": {"q": 1}, "id": "x"})) == 2
     assert (calls.last_name, calls.streak, len(calls.last_keys)) == ("b", 1, 1)
     stats = history_stats(msgs)
     assert stats.model_calls == 4
@@ -108,7 +108,7 @@ def test_stats_count_calls_streaks_and_tokens() -> None:
     assert history_stats(msgs[:3]) == HistoryStats(2, 5)
 
 
-def test_call_key_ignores_argument_order_and_handles_nested_arguments() -> None:
+def test_call_key_treats_equivalent_arguments_as_one_call() -> None:
     a = call_key({"name": "t", "args": {"x": 1, "y": "z"}, "id": "1"})
     b = call_key({"name": "t", "args": {"y": "z", "x": 1}, "id": "2"})
     assert a == b and hash(a) == hash(b)
@@ -116,26 +116,56 @@ def test_call_key_ignores_argument_order_and_handles_nested_arguments() -> None:
     assert nested == call_key({"name": "t", "args": {"f": {"a": None, "b": [1, 2]}}, "id": "4"})
     assert nested != call_key({"name": "t", "args": {"f": {"a": None, "b": [2, 1]}}, "id": "5"})
     assert a != call_key({"name": "u", "args": {"x": 1, "y": "z"}, "id": "6"})
+    # whitespace, case, and JSON held in a string
+    spaced = call_key({"name": "t", "args": {"q": "  Red   Kettle "}, "id": "7"})
+    assert spaced == call_key({"name": "t", "args": {"q": "red kettle"}, "id": "8"})
+    as_json = call_key({"name": "t", "args": {"body": '{"b": 2,  "a": [1]}'}, "id": "9"})
+    assert as_json == call_key({"name": "t", "args": {"body": '{"a":[1],"b":2}'}, "id": "10"})
+    assert as_json != call_key({"name": "t", "args": {"body": '{"a":[1],"b":3}'}, "id": "11"})
+    assert call_key({"name": "t", "args": {"q": "{not json"}, "id": "12"})[1] == frozenset(
+        {("q", "{not json")}
+    )
+    # distinct inputs stay distinct
+    assert call_key({"name": "rm", "args": {"path": "a.txt"}, "id": "13"}) != call_key(
+        {"name": "rm", "args": {"path": "b.txt"}, "id": "14"}
+    )
+
+
+def _random_turns(rng: random.Random, rounds: int) -> list[Any]:
+    """A history with several turns, parallel calls, changing and repeating results."""
+    msgs: list[Any] = [HumanMessage("task")]
+    for i in range(rounds):
+        if rng.random() < 0.05:
+            msgs.append(HumanMessage(f"next request {i}"))
+        calls = [
+            {
+                "name": rng.choice(["a", "b"]),
+                "args": rng.choice([{"q": rng.randint(0, 2)}, {"q": " Q"}, {"q": "q "}]),
+                "id": f"c{i}-{j}",
+                "type": "tool_call",
+            }
+            for j in range(rng.choice([0, 1, 1, 1, 2]))
+        ]
+        msgs.append(AIMessage(content="", tool_calls=calls))
+        yield_at = len(msgs)
+        msgs.extend(
+            ToolMessage(rng.choice(["ok", "ok", "ok", "changed"]), tool_call_id=c["id"])
+            for c in calls
+            if rng.random() < 0.95  # now and then a result is missing
+        )
+        yield msgs[:yield_at]
 
 
 def test_folded_loop_verdicts_match_detect_loop_on_random_histories() -> None:
     from evoharness.harness import LoopDetectionMiddleware, detect_loop
 
-    mw = LoopDetectionMiddleware(same_call=3, same_tool=4)
     rng = random.Random(7)
-    for seed in range(40):
-        msgs: list[Any] = [HumanMessage(f"task {seed}")]
-        for i in range(25):
-            calls = [
-                {
-                    "name": rng.choice(["a", "b"]),
-                    "args": {"q": rng.randint(0, 2)},
-                    "id": f"c{i}-{j}",
-                    "type": "tool_call",
-                }
-                for j in range(rng.choice([0, 1, 1, 1, 2]))
-            ]
-            msgs.append(AIMessage(content="", tool_calls=calls))
-            expected = detect_loop(msgs, same_call=3, same_tool=4)
-            assert mw._track(msgs).newest == expected, (seed, i)
-            msgs.extend(ToolMessage("ok", tool_call_id=c["id"]) for c in calls)
+    for same_tool in (None, 4):
+        mw = LoopDetectionMiddleware(same_call=3, same_tool=same_tool)
+        found = 0
+        for seed in range(40):
+            for i, msgs in enumerate(_random_turns(rng, 25)):
+                expected = detect_loop(msgs, same_call=3, same_tool=same_tool)
+                assert mw._track(msgs).newest == expected, (seed, i)
+                found += expected is not None
+        assert found > 50  # the histories do contain loops

@@ -64,6 +64,18 @@ def bench_judge(
     judge.run(n=episodes, latency_s=latency_s, echo=console.print)
 
 
+@app.command("rollout")
+def bench_rollout(
+    seeds: Annotated[int, typer.Option(min=10, help="A/A experiments.")] = 300,
+    power_seeds: Annotated[int, typer.Option(min=10, help="A/B experiments.")] = 200,
+    quick: Annotated[bool, typer.Option(help="20 seeds each (a smoke test).")] = False,
+) -> None:
+    """Always-valid rollout decisions vs. a fixed-horizon z-test peeked after every batch."""
+    from evoharness.evolve.benchmarks import rollout
+
+    rollout.run(seeds=seeds, power_seeds=power_seeds, quick=quick, echo=console.print)
+
+
 # Register new benchmarks above this line (one ``@app.command("<name>")`` function each).
 
 

@@ -99,7 +99,8 @@ class OutputGuardMiddleware(AgentMiddleware[Any, Any, Any]):
         rules_provider: Called for the current rules on every check, e.g. the registry's
             ``evoharness.sdk.registry.active_guard_rules(...)`` (it caches; keep it cheap).
         callable_rules: Code rules, run after the regex rules.
-        events: Receives ``guard_redacted`` / ``guard_blocked`` with the rule names.
+        events: Receives ``guard_redacted`` / ``guard_blocked`` with the rule names, and
+            ``guard_rules_load_failed`` / ``guard_rules_recovered`` (see :attr:`rules`).
     """
 
     def __init__(
@@ -123,25 +124,72 @@ class OutputGuardMiddleware(AgentMiddleware[Any, Any, Any]):
         self._mtime: float | None = None
         self.callable_rules = callable_rules
         self.events = events or EventLog()
-        if rules_path is not None or rules_provider is not None:
-            self.rules  # noqa: B018 - load eagerly so a bad source fails at construction
+        self._failing: str | None = None  # the failure last reported (reported once)
+        if rules_provider is not None:  # a bad source fails at construction
+            self._rules = rules_provider()
+        elif rules_path is not None and rules_path.exists():
+            self._rules, self._mtime = GuardRuleSet.load(rules_path), rules_path.stat().st_mtime
 
     @property
     def rules(self) -> GuardRuleSet:
-        """The current rules (the provider's, or reloaded from ``rules_path`` when the file
-        changed)."""
+        """The current rules: the provider's, or reloaded from ``rules_path`` when the file
+        changed.
+
+        A source that breaks while serving (a half-written or invalid file, a deleted file,
+        a provider that raises) keeps the last good rules and emits one
+        ``guard_rules_load_failed`` event per failure; the next good version is picked up
+        (``guard_rules_recovered``). Only construction fails on a bad source.
+        """
         if self.rules_provider is not None:
-            return self.rules_provider()
-        if self.rules_path is not None and self.rules_path.exists():
-            mtime = self.rules_path.stat().st_mtime
-            if mtime != self._mtime:
-                self._rules, self._mtime = GuardRuleSet.load(self.rules_path), mtime
+            try:
+                self._rules = self.rules_provider()
+            except Exception as exc:  # serving goes on with the last good rules
+                self._failed(f"provider: {type(exc).__name__}: {exc}")
+                return self._rules
+            self._recovered()
+            return self._rules
+        path = self.rules_path
+        if path is None:
+            return self._rules
+        try:
+            mtime = path.stat().st_mtime
+        except OSError as exc:
+            if self._mtime is not None:  # it had loaded: the file went away
+                self._failed(f"{path}: {type(exc).__name__}: {exc.strerror or exc}")
+            return self._rules
+        if mtime != self._mtime:
+            try:
+                self._rules = GuardRuleSet.load(path)
+            except ConfigError as exc:
+                self._mtime = mtime  # not re-read until the file changes again
+                self._failed(str(exc))
+                return self._rules
+            self._mtime = mtime
+            self._recovered()
         return self._rules
 
-    def check(self, text: str) -> tuple[str | None, list[str], list[str]]:
-        """Apply every rule: (new text or ``None`` if blocked, redacting rules, blocking)."""
+    def _failed(self, error: str) -> None:
+        if error != self._failing:
+            self._failing = error
+            self.events.emit(
+                "guard_rules_load_failed",
+                self.name,
+                error=error[:500],
+                kept_version=self._rules.version,
+            )
+
+    def _recovered(self) -> None:
+        if self._failing is not None:
+            self._failing = None
+            self.events.emit("guard_rules_recovered", self.name, version=self._rules.version)
+
+    def check(
+        self, text: str, rules: GuardRuleSet | None = None
+    ) -> tuple[str | None, list[str], list[str]]:
+        """Apply every rule (``rules``, else the current ones): (new text or ``None`` if
+        blocked, redacting rules, blocking rules)."""
         redacted: list[str] = []
-        for rule in self.rules.rules:
+        for rule in (rules or self.rules).rules:
             rx = rule.regex()
             if not rx.search(text):
                 continue
@@ -160,8 +208,9 @@ class OutputGuardMiddleware(AgentMiddleware[Any, Any, Any]):
 
     def guard_message(self, answer: M) -> M | None:
         """A replacement for the final ``answer`` (redacted, or a refusal), or ``None``."""
-        text, redacted, blocked = self.check(text_of(answer))
-        version = self.rules.version
+        rules = self.rules
+        text, redacted, blocked = self.check(text_of(answer), rules)
+        version = rules.version
         if blocked:
             self.events.emit("guard_blocked", self.name, rules=blocked, version=version)
             text = f"I can't share that answer: it was blocked by output rule {blocked[0]}."

@@ -121,9 +121,26 @@ class HookRegistry:
         """The hooks at ``point`` in run order."""
         return list(self._hooks.get(point, []))
 
+    def unregister(self, point: str, name: str) -> bool:
+        """Remove the hook ``name`` from ``point``; returns whether there was one."""
+        hooks = self._hooks.get(point, [])
+        kept = [h for h in hooks if h.name != name]
+        self._hooks[point] = kept
+        return len(kept) != len(hooks)
+
+    def clear(self) -> None:
+        """Remove every hook (for tests and reloads)."""
+        self._hooks = {p: [] for p in HOOK_POINTS}
+
 
 default_registry = HookRegistry()
-"""A convenience registry for the module-level :func:`hook` decorator."""
+"""The registry the module-level :func:`hook` decorator fills, and the one
+:func:`~evoharness.harness.default_middleware` runs when it is given no ``hooks``.
+
+Register hooks before building the middleware: the session-start, post-reflect and
+session-end points get a graph node only if they had hooks at construction (the pre_think
+and tool-call points are read on every call).
+"""
 
 
 def hook(
@@ -133,7 +150,11 @@ def hook(
     priority: int = 100,
     registry: HookRegistry | None = None,
 ) -> Callable[[HookFn], HookFn]:
-    """Register a hook: ``@hook("pre_tool_call", name="no_deletes", priority=10)``."""
+    """Register a hook: ``@hook("pre_tool_call", name="no_deletes", priority=10)``.
+
+    Without ``registry`` it goes to :data:`default_registry`, which
+    :func:`~evoharness.harness.default_middleware` uses when it is given no ``hooks``.
+    """
     return (registry or default_registry).hook(point, name=name, priority=priority)
 
 

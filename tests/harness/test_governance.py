@@ -331,3 +331,62 @@ def test_output_guard_checks_return_direct_results_only(run: Any, call: Any) -> 
     tools = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert [t.content for t in tools] == ["a: sk-abcd1234", "b: [redacted]"]
     assert [e.kind for e in events.events] == ["guard_redacted"]
+
+
+def test_a_rule_file_that_breaks_while_serving_keeps_the_last_good_rules(
+    tmp_path: Path, run: Any
+) -> None:
+    path = tmp_path / "rules.json"
+    GuardRuleSet(version=3, rules=(GuardRule(name="ids", pattern=r"INT-\d+"),)).save(path)
+    events = EventLog()
+    guard = OutputGuardMiddleware(rules_path=path, events=events)
+    agent = create_agent(
+        ScriptedChatModel(policy=lambda m: "order INT-42 is ready"), [], middleware=[guard]
+    )
+    path.write_text('{"version": 4, "rules": [{"name": "half')  # a half-written publish
+    os.utime(path, (2, 2))
+    for _ in range(3):  # every run answers, redacted by the last good rules
+        out = run(agent, {"messages": [HumanMessage("x")]})
+        assert out["messages"][-1].content == "order [redacted] is ready"
+    failed = events.of_kind("guard_rules_load_failed")
+    assert len(failed) == 1  # reported once, not on every answer
+    assert (
+        failed[0].data["kept_version"] == 3 and "cannot load guard rules" in failed[0].data["error"]
+    )
+    path.unlink()  # the file went away: still the last good rules, reported once
+    run(agent, {"messages": [HumanMessage("x")]})
+    assert len(events.of_kind("guard_rules_load_failed")) == 2
+    GuardRuleSet(version=5, rules=(GuardRule(name="no", pattern="order", action="block"),)).save(
+        path
+    )
+    out = run(agent, {"messages": [HumanMessage("x")]})
+    assert "blocked by output rule no" in out["messages"][-1].content
+    assert events.of_kind("guard_rules_recovered")[0].data["version"] == 5
+
+
+def test_a_failing_rules_provider_keeps_the_last_good_rules(run: Any) -> None:
+    good = GuardRuleSet(version=7, rules=(GuardRule(name="ids", pattern=r"INT-\d+"),))
+    outage: list[bool] = []
+
+    def provider() -> GuardRuleSet:
+        if outage:
+            raise ConnectionError("registry unreachable")
+        return good
+
+    events = EventLog()
+    guard = OutputGuardMiddleware(rules_provider=provider, events=events)
+    agent = create_agent(
+        ScriptedChatModel(policy=lambda m: "order INT-42 is ready"), [], middleware=[guard]
+    )
+    outage.append(True)
+    for _ in range(2):
+        out = run(agent, {"messages": [HumanMessage("x")]})
+        assert out["messages"][-1].content == "order [redacted] is ready"
+    (failed,) = events.of_kind("guard_rules_load_failed")
+    assert "ConnectionError: registry unreachable" in failed.data["error"]
+    outage.clear()
+    run(agent, {"messages": [HumanMessage("x")]})
+    assert [e.kind for e in events.events][-2:] == ["guard_rules_recovered", "guard_redacted"]
+    outage.append(True)
+    with pytest.raises(ConnectionError):  # at construction a bad source still fails fast
+        OutputGuardMiddleware(rules_provider=provider)

@@ -209,3 +209,70 @@ def test_session_end_runs_on_error_inside_the_composed_default_stack(mode: str, 
     with pytest.raises(Exception, match="ran out of scripted replies"):
         go()
     assert ended == ["ScriptExhaustedError"]
+
+
+@pytest.fixture
+def module_registry() -> Any:
+    """The module-level registry, emptied after the test."""
+    from evoharness.harness import default_registry
+
+    yield default_registry
+    default_registry.clear()
+
+
+def test_module_level_hook_decorator_works_with_default_middleware(
+    run: Any, call: Any, module_registry: Any
+) -> None:
+    """``@hook(...)`` without a registry fills the module-level one, which
+    ``default_middleware`` runs when it is given no ``hooks``: every point fires."""
+    from evoharness.harness import HarnessConfig, default_middleware
+
+    seen: list[str] = []
+
+    @hook("on_session_start", name="t_start")
+    def start(ctx: HookContext) -> None:
+        seen.append("start")
+
+    @hook("pre_tool_call", name="t_no_deletes", priority=10)
+    def no_deletes(ctx: HookContext) -> Reject | None:
+        assert ctx.tool_call is not None
+        return Reject("deleting is not allowed") if ctx.tool_call["name"] == "delete" else None
+
+    @hook("pre_think", name="t_note")
+    def note(ctx: HookContext) -> str:
+        return "be brief"
+
+    @hook("on_session_end", name="t_end")
+    def end(ctx: HookContext) -> None:
+        seen.append("end")
+
+    @tool
+    def delete(path: str) -> str:
+        """Delete a file."""
+        raise AssertionError("the hook must refuse this call")
+
+    model = ScriptedChatModel(script=[call("delete", {"path": "/etc"}, "c1"), "refused"])
+    events = EventLog()
+    middleware = default_middleware(HarnessConfig(breaker=None), events=events)
+    agent = create_agent(model, [delete], middleware=middleware)
+    out = run(agent, {"messages": [HumanMessage("clean up")]})
+    refusal = next(m for m in out["messages"] if isinstance(m, ToolMessage))
+    assert refusal.content == "Call refused: deleting is not allowed"
+    assert seen == ["start", "end"]
+    assert "be brief" in str(model.calls[0][-1].content)
+    assert [e.kind for e in events.events] == ["tool_rejected"]
+    assert module_registry.unregister("pre_think", "t_note")
+    assert not module_registry.unregister("pre_think", "t_note")
+
+
+def test_an_explicit_registry_replaces_the_module_level_one(run: Any, module_registry: Any) -> None:
+    from evoharness.harness import HarnessConfig, default_middleware
+
+    module_registry.register("pre_think", lambda ctx: "from the module", name="t_module")
+    mine = HookRegistry()
+    mine.register("pre_think", lambda ctx: "from mine", name="t_mine")
+    model = ScriptedChatModel(script=["ok"])
+    middleware = default_middleware(HarnessConfig(breaker=None), hooks=mine)
+    run(create_agent(model, [], middleware=middleware), {"messages": [HumanMessage("x")]})
+    assert "from mine" in str(model.calls[0][-1].content)
+    assert "from the module" not in str(model.calls[0][-1].content)

@@ -1,12 +1,18 @@
 """Read traces back as :class:`Episode` objects, from the local store or from Langfuse.
 
 Evolve reads traces only through the :class:`TraceSource` protocol; both implementations
-yield the same episodes for the same runs.
+yield the same episodes for the same runs. Filters are pushed to the source: SQL on the
+local store (indexed columns and side tables), query parameters on Langfuse; only what
+neither can express exactly (score ranges) is checked here after the episode is built.
+
+Which to read from: the local store while it holds everything evolve needs (one app
+instance); at scale Langfuse is the system of record and each instance's local store only
+an outbox — read Langfuse there (see ``docs/tracing.md``).
 """
 
 from __future__ import annotations
 
-import json
+import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -16,6 +22,13 @@ from pydantic import BaseModel, Field
 from evoharness.evolve.evidence import EpisodeEvidence, extract_evidence
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import Observation, Score, Trace, TraceStore, Usage
+from evoharness.harness.tracing.langfuse_codec import (
+    observation_from_api,
+    score_from_api,
+    trace_from_root,
+)
+from evoharness.harness.tracing.schema import Versions
+from evoharness.harness.tracing.store import TraceQuery
 
 
 class ToolCallRecord(BaseModel):
@@ -27,8 +40,12 @@ class ToolCallRecord(BaseModel):
     error: bool = False
 
 
-class Episode(BaseModel):
-    """One run, flattened for evolve."""
+class Episode(Versions):
+    """One run, flattened for evolve.
+
+    The version fields (prompt, A/B arm, policy, adapter, ``artifacts``, skill ids) come
+    from :class:`~evoharness.harness.tracing.schema.Versions`, declared once with the trace.
+    """
 
     trace_id: str
     run_id: str
@@ -44,10 +61,6 @@ class Episode(BaseModel):
     tags: list[str] = Field(default_factory=list)
     user_id: str | None = None
     session_id: str | None = None
-    prompt_name: str | None = None
-    prompt_version: str | None = None
-    policy_version: str | None = None
-    skill_ids: list[str] = Field(default_factory=list)
     scores: dict[str, float | str] = Field(default_factory=dict)
     start_time: float = 0.0
     end_time: float | None = None
@@ -56,18 +69,80 @@ class Episode(BaseModel):
     """Interventions and other harness signals (see :mod:`evoharness.evolve.evidence`)."""
 
 
+_VERSION_FILTERS = ("prompt_version", "policy_version", "rollout_arm", "adapter_version")
+
+
 class EpisodeFilter(BaseModel):
-    """Which episodes to read. Every set field must match."""
+    """Which episodes to read. Every set field must match.
+
+    Everything but the score range is pushed to the source (SQL on the local store). For a
+    window, set ``newest_first`` and ``limit`` ("the last 100 with tag X"); for an
+    incremental reader, pass the cursor the source gave last time as ``after_cursor``
+    (and the one it gives now as ``upto_cursor``): only traces written since are read.
+    """
 
     since: float | None = None
     until: float | None = None
     tags: list[str] = Field(default_factory=list, description="All of these tags")
     status: str | None = None
+    session_id: str | None = None
+    user_id: str | None = None
     prompt_version: str | None = None
     policy_version: str | None = None
+    rollout_arm: str | None = None
+    adapter_version: str | None = None
+    artifacts: dict[str, str] = Field(
+        default_factory=dict, description="Artifact name -> the version the run used"
+    )
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="Trace metadata key -> value (equality)"
+    )
     score_name: str | None = None
     min_score: float | None = None
     max_score: float | None = None
+    newest_first: bool = False
+    limit: int | None = Field(default=None, ge=1)
+    after_cursor: str | None = None
+    upto_cursor: str | None = None
+
+    def query(self) -> TraceQuery:
+        """The local store query of this filter (all but the score range)."""
+        return TraceQuery(
+            since=self.since,
+            until=self.until,
+            status=self.status,
+            session_id=self.session_id,
+            user_id=self.user_id,
+            tags=self.tags,
+            versions={k: v for k in _VERSION_FILTERS if (v := getattr(self, k)) is not None},
+            artifacts=self.artifacts,
+            metadata=self.metadata,
+            after_seq=None if self.after_cursor is None else int(self.after_cursor),
+            upto_seq=None if self.upto_cursor is None else int(self.upto_cursor),
+            newest_first=self.newest_first,
+            limit=None if self._scored() else self.limit,
+        )
+
+    def _scored(self) -> bool:
+        return self.score_name is not None and (
+            self.min_score is not None or self.max_score is not None
+        )
+
+    def matches_trace(self, t: Trace) -> bool:
+        """Whether a trace row can match (everything but scores)."""
+        if self.since is not None and t.start_time < self.since:
+            return False
+        if self.until is not None and t.start_time >= self.until:
+            return False
+        if not set(self.tags) <= set(t.tags):
+            return False
+        for name in ("status", "session_id", "user_id", *_VERSION_FILTERS):
+            wanted = getattr(self, name)
+            if wanted is not None and getattr(t, name) != wanted:
+                return False
+        if any(t.artifacts.get(k) != v for k, v in self.artifacts.items()):
+            return False
+        return all(t.metadata.get(k) == v for k, v in self.metadata.items())
 
     def matches(self, e: Episode) -> bool:
         """Whether ``e`` passes the filter."""
@@ -77,16 +152,16 @@ class EpisodeFilter(BaseModel):
             return False
         if not set(self.tags) <= set(e.tags):
             return False
-        if self.status is not None and e.status != self.status:
+        for name in ("status", "session_id", "user_id", *_VERSION_FILTERS):
+            wanted = getattr(self, name)
+            if wanted is not None and getattr(e, name) != wanted:
+                return False
+        if any(e.artifacts.get(k) != v for k, v in self.artifacts.items()):
             return False
-        if self.prompt_version is not None and e.prompt_version != self.prompt_version:
+        if any(e.metadata.get(k) != v for k, v in self.metadata.items()):
             return False
-        if self.policy_version is not None and e.policy_version != self.policy_version:
-            return False
-        if self.score_name is not None and (
-            self.min_score is not None or self.max_score is not None
-        ):
-            value = e.scores.get(self.score_name)
+        if self._scored():
+            value = e.scores.get(str(self.score_name))
             if not isinstance(value, int | float):
                 return False
             if self.min_score is not None and value < self.min_score:
@@ -101,7 +176,7 @@ class TraceSource(Protocol):
     """Where evolve reads episodes from."""
 
     def episodes(self, where: EpisodeFilter | None = None) -> Iterator[Episode]:
-        """Episodes matching ``where``, oldest first."""
+        """Episodes matching ``where``, oldest first (newest first if it says so)."""
         ...
 
 
@@ -148,10 +223,7 @@ def build_episode(
         tags=trace.tags,
         user_id=trace.user_id,
         session_id=trace.session_id,
-        prompt_name=trace.prompt_name,
-        prompt_version=trace.prompt_version,
-        policy_version=trace.policy_version,
-        skill_ids=trace.skill_ids,
+        **{name: getattr(trace, name) for name in Versions.model_fields},
         scores={s.name: s.value for s in scores},
         start_time=trace.start_time,
         end_time=trace.end_time,
@@ -161,57 +233,60 @@ def build_episode(
 
 
 class LocalTraceSource:
-    """Episodes from the local :class:`TraceStore`."""
+    """Episodes from the local :class:`TraceStore` (filters, order and limit run in SQL;
+    observations and scores are fetched in batches over one connection)."""
 
     def __init__(self, store: TraceStore) -> None:
         self.store = store
 
+    def cursor(self) -> str:
+        """The store's change position now (for ``EpisodeFilter.after_cursor`` next time)."""
+        return str(self.store.cursor())
+
     def episodes(self, where: EpisodeFilter | None = None) -> Iterator[Episode]:
         where = where or EpisodeFilter()
-        for trace in self.store.traces(
-            since=where.since, until=where.until, status=where.status, newest_first=False
-        ):
-            episode = build_episode(
-                trace, self.store.observations(trace.id), self.store.scores(trace.id)
-            )
+        left = where.limit
+        for trace, observations, scores in self.store.read(where.query()):
+            episode = build_episode(trace, observations, scores)
             if where.matches(episode):
                 yield episode
-
-
-def _ts(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value.timestamp()
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-
-
-def _json(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
+                if left is not None:
+                    left -= 1
+                    if left == 0:
+                        return
 
 
 class LangfuseTraceSource:
     """Episodes read back from Langfuse with the SDK's API client.
 
-    Uses ``api.observations.get_many`` (cursor paging; root observations first, then each
-    trace's observations) and ``api.scores.get_many``. Only traces exported by evoharness
-    carry what an episode needs (the root observation's ``evoharness_trace`` metadata).
+    Uses ``api.observations.get_many`` (cursor paging; root observations first — one row
+    per trace, filtered server-side by time window, session, user and environment — then
+    the observations of each trace that passes the remaining filters) and
+    ``api.scores.get_many``. Only traces exported by evoharness carry what an episode needs
+    (the root observation's ``evoharness_trace`` metadata; see
+    :mod:`~evoharness.harness.tracing.langfuse_codec`).
+
+    Cursors here are start times (``after_cursor`` reads traces that started after it):
+    Langfuse has no change sequence, and a trace becomes readable some seconds after it is
+    exported, so an incremental reader should overlap its windows and de-duplicate by
+    trace id.
 
     Args:
         api: A ``langfuse.api.LangfuseAPI`` (e.g. ``LangfuseExporter.api``).
         page_size: Rows per page.
+        environment: Only this Langfuse environment (server-side).
     """
 
-    def __init__(self, api: Any, *, page_size: int = 100) -> None:
+    def __init__(self, api: Any, *, page_size: int = 100, environment: str | None = None) -> None:
         if api is None:
             raise ConfigError("LangfuseTraceSource needs a LangfuseAPI client", field="api")
         self.api = api
         self.page_size = page_size
+        self.environment = environment
+
+    def cursor(self) -> str:
+        """Now, as a start-time cursor."""
+        return repr(time.time())
 
     def _observations(self, **query: Any) -> Iterator[Any]:
         cursor: str | None = None
@@ -229,67 +304,46 @@ class LangfuseTraceSource:
         cursor: str | None = None
         while True:
             page = self.api.scores.get_many(trace_id=trace_id, limit=self.page_size, cursor=cursor)
-            for s in page.data:
-                meta = s.metadata or {}
-                out.append(
-                    Score(
-                        id=s.id,
-                        trace_id=trace_id,
-                        name=s.name,
-                        value=s.value if not isinstance(s.value, bool) else float(s.value),
-                        data_type=getattr(s, "data_type", "NUMERIC"),
-                        source=str(meta.get("source", "api")),
-                        rubric_version=meta.get("rubric_version"),
-                        comment=s.comment,
-                        created_at=_ts(s.timestamp) or 0.0,
-                    )
-                )
+            out += [score_from_api(s, trace_id) for s in page.data]
             cursor = page.meta.cursor
             if not cursor:
                 return out
 
-    @staticmethod
-    def _observation(o: Any) -> Observation:
-        usage = o.usage_details or {}
-        meta = dict(o.metadata or {})
-        return Observation(
-            id=o.id,
-            trace_id=o.trace_id,
-            parent_id=o.parent_observation_id,
-            type=str(o.type).lower(),
-            name=o.name or "",
-            start_time=_ts(o.start_time) or 0.0,
-            end_time=_ts(o.end_time),
-            input=o.input,
-            output=o.output,  # parsed by the API
-            metadata={k: v for k, v in meta.items() if k != "evoharness_trace"},
-            model=o.model,
-            level=o.level or "DEFAULT",
-            status_message=o.status_message,
-            usage=Usage(
-                input_tokens=usage.get("input", 0),
-                output_tokens=usage.get("output", 0),
-                total_tokens=usage.get("total", 0),
-                cached_input_tokens=usage.get("input_cached_tokens", 0),
-            )
-            if usage
-            else None,
-        )
+    def _query(self, where: EpisodeFilter) -> dict[str, Any]:
+        query: dict[str, Any] = {"is_root_observation": True}
+        since = where.since
+        if where.after_cursor is not None:
+            since = max(since or 0.0, float(where.after_cursor))
+        until = where.until
+        if where.upto_cursor is not None:
+            until = min(until or float("inf"), float(where.upto_cursor))
+        if since is not None:
+            query["from_start_time"] = datetime.fromtimestamp(since, tz=UTC)
+        if until is not None:
+            query["to_start_time"] = datetime.fromtimestamp(until, tz=UTC)
+        if where.session_id is not None:
+            query["session_id"] = where.session_id
+        if where.user_id is not None:
+            query["user_id"] = where.user_id
+        if self.environment is not None:
+            query["environment"] = self.environment
+        return query
 
     def episodes(self, where: EpisodeFilter | None = None) -> Iterator[Episode]:
         where = where or EpisodeFilter()
-        window: dict[str, Any] = {}
-        if where.since is not None:
-            window["from_start_time"] = datetime.fromtimestamp(where.since, tz=UTC)
-        if where.until is not None:
-            window["to_start_time"] = datetime.fromtimestamp(where.until, tz=UTC)
-        for root in self._observations(is_root_observation=True, **window):
-            raw = (root.metadata or {}).get("evoharness_trace")
-            data = _json(raw)
-            if not isinstance(data, dict):
-                continue  # not exported by evoharness
-            trace = Trace.model_validate(data)
-            observations = [self._observation(o) for o in self._observations(trace_id=trace.id)]
+        traces = [
+            t
+            for root in self._observations(**self._query(where))
+            if (t := trace_from_root(root)) is not None and where.matches_trace(t)
+        ]
+        traces.sort(key=lambda t: (t.start_time, t.id), reverse=where.newest_first)
+        left = where.limit
+        for trace in traces:  # details only for traces that passed the filters
+            observations = [observation_from_api(o) for o in self._observations(trace_id=trace.id)]
             episode = build_episode(trace, observations, self._scores(trace.id))
             if where.matches(episode):
                 yield episode
+                if left is not None:
+                    left -= 1
+                    if left == 0:
+                        return

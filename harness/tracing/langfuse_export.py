@@ -22,7 +22,6 @@ Export runs in its own thread (:meth:`LangfuseExporter.start`) and never blocks 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -30,11 +29,11 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from evoharness.harness.errors import ConfigError, MissingExtraError
 from evoharness.harness.tracing.ids import root_span_id
+from evoharness.harness.tracing.langfuse_codec import score_request, span_attributes
 from evoharness.harness.tracing.store import Kind, TraceStore
 
 try:
@@ -57,7 +56,6 @@ except ImportError as exc:  # pragma: no cover - exercised by the extras test
     ) from exc
 
 log = logging.getLogger("evoharness.tracing.export")
-_SOURCES = {"human": "ANNOTATION"}  # everything else is "API"; our source goes in metadata
 
 
 @dataclass
@@ -81,11 +79,6 @@ class ExportCycle:
 
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
-
-
-def _dumps(value: Any) -> str:
-    # Always JSON, strings included, so a reader that parses IO as JSON gets the value back.
-    return json.dumps(value, default=str)
 
 
 class LangfuseExporter:
@@ -176,70 +169,7 @@ class LangfuseExporter:
 
     # -- spans -----------------------------------------------------------------------------
     def _span_attrs(self, obs: dict[str, Any], trace: dict[str, Any] | None) -> dict[str, Any]:
-        a = self._attrs
-        attrs: dict[str, Any] = {a.OBSERVATION_TYPE: obs["type"], a.OBSERVATION_LEVEL: obs["level"]}
-        if obs.get("input") is not None:
-            attrs[a.OBSERVATION_INPUT] = _dumps(obs["input"])
-        if obs.get("output") is not None:
-            attrs[a.OBSERVATION_OUTPUT] = _dumps(obs["output"])
-        if obs.get("status_message"):
-            attrs[a.OBSERVATION_STATUS_MESSAGE] = obs["status_message"]
-        if obs.get("model"):
-            attrs[a.OBSERVATION_MODEL] = obs["model"]
-        usage = obs.get("usage")
-        if usage:
-            attrs[a.OBSERVATION_USAGE_DETAILS] = json.dumps(
-                {
-                    "input": usage["input_tokens"],
-                    "output": usage["output_tokens"],
-                    "total": usage["total_tokens"],
-                    **(
-                        {"input_cached_tokens": usage["cached_input_tokens"]}
-                        if usage.get("cached_input_tokens")
-                        else {}
-                    ),
-                }
-            )
-        meta = dict(obs.get("metadata") or {})
-        for key in ("prompt_token_ids", "completion_token_ids", "logprobs"):
-            if obs.get(key) is not None:
-                meta[key] = obs[key]
-        for key, value in meta.items():
-            attrs[f"{a.OBSERVATION_METADATA}.{key}"] = _dumps(value)
-        env = (trace or {}).get("environment") or self.environment
-        if env:
-            attrs[a.ENVIRONMENT] = env
-        if trace is not None:
-            if trace.get("prompt_name"):
-                attrs[a.OBSERVATION_PROMPT_NAME] = trace["prompt_name"]
-                attrs[a.OBSERVATION_PROMPT_VERSION] = str(trace.get("prompt_version") or "")
-            if trace.get("user_id"):
-                attrs[a.TRACE_USER_ID] = trace["user_id"]
-            if trace.get("session_id"):
-                attrs[a.TRACE_SESSION_ID] = trace["session_id"]
-            if obs["id"] == root_span_id(obs["trace_id"]):
-                attrs[a.TRACE_NAME] = trace.get("name") or "agent"
-                attrs[a.AS_ROOT] = True
-                if trace.get("tags"):
-                    attrs[a.TRACE_TAGS] = list(trace["tags"])
-                trace_meta = {
-                    "run_id": trace.get("run_id"),
-                    "status": trace.get("status"),
-                    "thread_id": trace.get("thread_id"),
-                    "error": trace.get("error"),
-                    "policy_version": trace.get("policy_version"),
-                    "skill_ids": trace.get("skill_ids"),
-                    "parent_trace_id": trace.get("parent_trace_id"),
-                    "parent_observation_id": trace.get("parent_observation_id"),
-                    **(trace.get("metadata") or {}),
-                }
-                for key, value in trace_meta.items():
-                    if value not in (None, [], ""):
-                        attrs[f"{a.TRACE_METADATA}.{key}"] = _dumps(value)
-                # Langfuse's observation API returns observation metadata, not trace
-                # metadata: keep the whole trace row on the root for read-back.
-                attrs[f"{a.OBSERVATION_METADATA}.evoharness_trace"] = json.dumps(trace)
-        return attrs
+        return span_attributes(obs, trace, self._attrs, environment=self.environment)
 
     def _emit(self, obs: dict[str, Any], trace: dict[str, Any] | None) -> str:
         """Create and end one span with the stored ids and times; returns its span id."""
@@ -357,27 +287,19 @@ class LangfuseExporter:
         pending = self._take("score", "trace_id")
         if not pending:
             return
-        requests = []
-        for s, _ in pending:
-            requests.append(
-                CreateScoreRequest(
-                    id=s["id"],
-                    trace_id=s["trace_id"],
-                    observation_id=s.get("observation_id"),
-                    name=s["name"],
-                    value=s["value"],
-                    data_type=s["data_type"],
-                    comment=s.get("comment"),
-                    metadata={"source": s["source"], "rubric_version": s.get("rubric_version")},
-                    source=_SOURCES.get(s["source"], "API"),
-                    timestamp=datetime.fromtimestamp(s["created_at"], tz=UTC),
-                    environment=self.environment,
-                )
-            )
+        requests = [
+            CreateScoreRequest(**score_request(s, environment=self.environment)) for s, _ in pending
+        ]
         cycle.scores_sent = len(requests)
-        self.api.scores.create(request=requests)
-        self.store.mark_exported("score", [(s["id"], u) for s, u in pending])
-        cycle.scores_ok = len(requests)
+        response = self.api.scores.create(request=requests)
+        rejected = _rejections(response, [s["id"] for s, _ in pending])
+        if rejected:  # HTTP 207: the rest is accepted, the rejected stay pending
+            self.store.mark_failed("score", sorted(rejected.items()))
+            cycle.error = f"{len(rejected)} of {len(requests)} scores rejected"
+            log.warning("Langfuse rejected %d scores: %s", len(rejected), cycle.error)
+        done = [(s["id"], u) for s, u in pending if s["id"] not in rejected]
+        self.store.mark_exported("score", done)
+        cycle.scores_ok = len(done)
 
     # -- background loop -------------------------------------------------------------------
     def drain(self, timeout: float = 60.0, interval: float = 0.2) -> bool:
@@ -385,10 +307,14 @@ class LangfuseExporter:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             cycle = self.export_once()
-            counts = self.store.counts()
-            if not cycle.failed and not (
-                counts["observations_pending"]
-                or counts["scores_pending"]
+            if cycle.failed:
+                time.sleep(interval)
+                continue
+            if cycle.spans_sent + cycle.scores_sent >= self.batch_size:
+                continue  # a backlog: no pause, no counting
+            if not (
+                self.store.has_pending("observation")
+                or self.store.has_pending("score")
                 or self._finished_traces_pending()
             ):
                 return True
@@ -416,7 +342,8 @@ class LangfuseExporter:
                     delay *= random.uniform(0.8, 1.2)
                 else:
                     self.failures = 0
-                    delay = 0.0 if cycle.spans_sent >= self.batch_size else interval
+                    busy = cycle.spans_sent + cycle.scores_sent >= self.batch_size
+                    delay = 0.0 if busy else interval  # no linger while a backlog exists
                 self._stop.wait(delay)
 
         self._thread = threading.Thread(target=loop, name="evoharness-langfuse-export", daemon=True)
@@ -428,6 +355,37 @@ class LangfuseExporter:
         if self._thread is not None:
             self._thread.join(timeout)
         self._provider.shutdown()
+
+
+def _rejections(response: Any, ids: Sequence[str]) -> dict[str, str]:
+    """Score ids the server rejected in a 207 answer, with the error of each.
+
+    Errors that name an item (``id`` or ``index``) reject that item; an error that names
+    none makes every item of the batch count as rejected (kept pending and resent: the
+    server upserts scores by id, so a resend never duplicates).
+    """
+    errors = list(getattr(response, "errors", None) or [])
+    rejected_n = int(getattr(response, "rejected", 0) or 0)
+    if not errors and not rejected_n:
+        return {}
+    out: dict[str, str] = {}
+    unattributed: list[str] = []
+    for err in errors:
+        extra = {**(getattr(err, "model_extra", None) or {})}
+        message = str(getattr(err, "message", "") or extra.get("message") or "rejected")
+        item = extra.get("id")
+        index = extra.get("index")
+        if item is None and isinstance(index, int) and 0 <= index < len(ids):
+            item = ids[index]
+        if item is not None and str(item) in ids:
+            out[str(item)] = message
+        else:
+            unattributed.append(message)
+    if unattributed or len(out) < rejected_n:
+        message = "; ".join(unattributed) or "rejected (no item named)"
+        for i in ids:
+            out.setdefault(i, message)
+    return out
 
 
 def _headers(public_key: str, secret_key: str) -> dict[str, str]:

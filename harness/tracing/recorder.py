@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -37,28 +37,19 @@ from evoharness.harness.tracing.ids import (
     trace_id_for,
     use_context,
 )
+from evoharness.harness.tracing.schema import TraceInfo
 from evoharness.harness.tracing.store import TraceStore
 
 log = logging.getLogger("evoharness.tracing")
 
 
-@dataclass
-class RunInfo:
-    """Who and what a run is; becomes the trace row. ``run_id`` fixes the trace id."""
+class RunInfo(TraceInfo):
+    """Who and what a run is; becomes the trace row. ``run_id`` fixes the trace id.
 
-    run_id: str
-    name: str = "agent"
-    user_id: str | None = None
-    session_id: str | None = None
-    thread_id: str | None = None
-    tags: list[str] = field(default_factory=list)
-    environment: str = "default"
-    prompt_name: str | None = None
-    prompt_version: str | None = None
-    policy_version: str | None = None
-    skill_ids: list[str] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
-    input: Any = None
+    The fields are :class:`~evoharness.harness.tracing.schema.TraceInfo`'s (declared once,
+    in the schema): identity, tags, versions (prompt, A/B arm, policy, adapter, artifacts),
+    metadata and input.
+    """
 
 
 @dataclass
@@ -144,29 +135,16 @@ class Tracer:
 
     @staticmethod
     def _trace_row(run: ActiveRun, status: str, end: float | None = None) -> dict[str, Any]:
-        i = run.info
         return {
+            **run.info.model_dump(),
             "id": run.trace_id,
-            "run_id": i.run_id,
-            "name": i.name,
-            "user_id": i.user_id,
-            "session_id": i.session_id,
-            "thread_id": i.thread_id,
-            "tags": list(i.tags),
-            "environment": i.environment,
-            "prompt_name": i.prompt_name,
-            "prompt_version": i.prompt_version,
-            "policy_version": i.policy_version,
-            "skill_ids": list(i.skill_ids),
             "start_time": run.start_time,
             "end_time": end,
             "status": status,
-            "input": i.input,
             "output": run.output,
             "error": run.error,
             "parent_trace_id": run.parent.trace_id if run.parent else None,
             "parent_observation_id": run.parent.span_id if run.parent else None,
-            "metadata": dict(i.metadata),
         }
 
     def score(self, trace_id: str, name: str, value: float | str, **fields: Any) -> str:

@@ -106,7 +106,7 @@ def test_export_ids_nesting_types_usage_and_scores(
     assert sorted(standin.scores) == sorted(f"{t}-p0_pass" for t in trace_ids)
     score = standin.scores[f"{trace_ids[0]}-p0_pass"]
     assert score["traceId"] == trace_ids[0] and score["value"] == 1.0
-    assert score["metadata"] == {"source": "judge", "rubric_version": "r1"}
+    assert score["metadata"] == {"source": "judge", "rubric_version": "r1", "schema_version": 2}
     ex.stop()
 
 

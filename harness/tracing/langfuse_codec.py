@@ -1,0 +1,266 @@
+"""The Langfuse mapping of the trace schema, both ways, in one place.
+
+Write side (:func:`span_attributes`, :func:`score_request`): a stored observation (and its
+trace, for the root span) becomes the OpenTelemetry attributes of Langfuse's span schema
+(``langfuse.LangfuseOtelSpanAttributes``); a score becomes the body of a score request.
+Read side (:func:`observation_from_api`, :func:`trace_from_root`, :func:`score_from_api`):
+what Langfuse's public API returns becomes the same schema models again.
+
+Derived from the schema models, not listed by hand: fields Langfuse has a native slot for
+are mapped in :data:`NATIVE_OBSERVATION_FIELDS` (and read back from it); every other
+observation field travels in the ``evoharness_fields`` metadata entry, the whole trace row
+in ``evoharness_trace`` on the root span, and every other score field in the score's
+metadata. A field added to :mod:`~evoharness.harness.tracing.schema` therefore round-trips
+through Langfuse with no edit here (a test checks every field).
+
+Values are JSON-encoded like the SDK v5 encodes metadata (strings included), for input and
+output too, so a reader that parses IO as JSON gets back exactly what was stored. This
+module does not import ``langfuse``: attribute names are passed in (write) or the API's
+objects are read by attribute name (read), so evolve can use it without the extra.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from evoharness.harness.tracing.ids import root_span_id
+from evoharness.harness.tracing.schema import Observation, Score, Trace, Usage, migrate_trace
+
+TRACE_KEY = "evoharness_trace"
+"""Root-span metadata entry holding the whole trace row (Langfuse's observation API returns
+observation metadata, not trace metadata)."""
+FIELDS_KEY = "evoharness_fields"
+"""Observation metadata entry holding the schema fields Langfuse has no slot for."""
+
+NATIVE_OBSERVATION_FIELDS = frozenset(
+    {
+        "id",
+        "trace_id",
+        "parent_id",
+        "type",
+        "name",
+        "start_time",
+        "end_time",
+        "input",
+        "output",
+        "metadata",
+        "model",
+        "usage",
+        "level",
+        "status_message",
+    }
+)
+"""Observation fields with a native Langfuse slot; the rest (and the exact start and end
+time: Langfuse keeps microseconds) go into ``evoharness_fields``."""
+
+NATIVE_TRACE_ATTRIBUTES = {
+    "name": "TRACE_NAME",
+    "user_id": "TRACE_USER_ID",
+    "session_id": "TRACE_SESSION_ID",
+    "tags": "TRACE_TAGS",
+    "environment": "ENVIRONMENT",
+}
+"""Trace fields shown in Langfuse's own trace columns (attribute constant names); every
+other trace field is also set as trace metadata so it can be filtered on in Langfuse."""
+
+NATIVE_SCORE_FIELDS = frozenset(
+    {"id", "trace_id", "observation_id", "name", "value", "data_type", "comment", "created_at"}
+)
+"""Score fields with a native slot in Langfuse's score API; the rest go into metadata."""
+
+_EXACT = ("start_time", "end_time")
+_SOURCES = {"human": "ANNOTATION"}  # everything else is "API"; our source goes in metadata
+_SKIP_TRACE_META = frozenset({"id", "input", "output", "metadata", *NATIVE_TRACE_ATTRIBUTES})
+
+
+def dumps(value: Any) -> str:
+    """JSON, strings included, so a reader that parses IO as JSON gets the value back."""
+    return json.dumps(value, default=str)
+
+
+def loads(value: Any) -> Any:
+    """Parse a JSON string (a value that is not JSON is returned unchanged)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def timestamp(value: Any) -> float | None:
+    """Unix seconds from an API datetime or ISO string."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def _present(value: Any) -> bool:
+    return value not in (None, [], {}, "")
+
+
+# -- write -----------------------------------------------------------------------------------
+def span_attributes(
+    obs: dict[str, Any],
+    trace: dict[str, Any] | None,
+    attrs: Any,
+    *,
+    environment: str | None = None,
+) -> dict[str, Any]:
+    """The span attributes of one stored observation (a ``model_dump(mode="json")`` dict).
+
+    Args:
+        obs: The observation row.
+        trace: Its trace row, when known (trace attributes go on every span, the whole
+            row on the root span).
+        attrs: ``langfuse.LangfuseOtelSpanAttributes`` (the attribute names).
+        environment: Fallback environment when the trace has none.
+    """
+    a = attrs
+    out: dict[str, Any] = {a.OBSERVATION_TYPE: obs["type"], a.OBSERVATION_LEVEL: obs["level"]}
+    if obs.get("input") is not None:
+        out[a.OBSERVATION_INPUT] = dumps(obs["input"])
+    if obs.get("output") is not None:
+        out[a.OBSERVATION_OUTPUT] = dumps(obs["output"])
+    if obs.get("status_message"):
+        out[a.OBSERVATION_STATUS_MESSAGE] = obs["status_message"]
+    if obs.get("model"):
+        out[a.OBSERVATION_MODEL] = obs["model"]
+    usage = obs.get("usage")
+    if usage:
+        out[a.OBSERVATION_USAGE_DETAILS] = json.dumps(
+            {
+                "input": usage["input_tokens"],
+                "output": usage["output_tokens"],
+                "total": usage["total_tokens"],
+                **(
+                    {"input_cached_tokens": usage["cached_input_tokens"]}
+                    if usage.get("cached_input_tokens")
+                    else {}
+                ),
+            }
+        )
+    meta = dict(obs.get("metadata") or {})
+    extra = {
+        k: v
+        for k, v in obs.items()
+        if k not in NATIVE_OBSERVATION_FIELDS and k in Observation.model_fields
+    }
+    # Langfuse keeps times to the microsecond: the exact floats travel along
+    extra.update({k: obs.get(k) for k in _EXACT})
+    meta[FIELDS_KEY] = extra
+    for key, value in meta.items():
+        out[f"{a.OBSERVATION_METADATA}.{key}"] = dumps(value)
+    env = (trace or {}).get("environment") or environment
+    if env:
+        out[a.ENVIRONMENT] = env
+    if trace is None:
+        return out
+    if trace.get("prompt_name"):
+        out[a.OBSERVATION_PROMPT_NAME] = trace["prompt_name"]
+        out[a.OBSERVATION_PROMPT_VERSION] = str(trace.get("prompt_version") or "")
+    for field in ("user_id", "session_id"):
+        if trace.get(field):
+            out[getattr(a, NATIVE_TRACE_ATTRIBUTES[field])] = trace[field]
+    if obs["id"] == root_span_id(obs["trace_id"]):
+        out[a.TRACE_NAME] = trace.get("name") or "agent"
+        out[a.AS_ROOT] = True
+        if trace.get("tags"):
+            out[a.TRACE_TAGS] = list(trace["tags"])
+        trace_meta = {k: v for k, v in trace.items() if k not in _SKIP_TRACE_META}
+        trace_meta.update(trace.get("metadata") or {})
+        for key, value in trace_meta.items():
+            if _present(value):
+                out[f"{a.TRACE_METADATA}.{key}"] = dumps(value)
+        out[f"{a.OBSERVATION_METADATA}.{TRACE_KEY}"] = json.dumps(trace, default=str)
+    return out
+
+
+def score_request(score: dict[str, Any], *, environment: str | None = None) -> dict[str, Any]:
+    """Keyword arguments of ``langfuse.api...CreateScoreRequest`` for one stored score."""
+    meta = {k: v for k, v in score.items() if k not in NATIVE_SCORE_FIELDS}
+    return {
+        "id": score["id"],
+        "trace_id": score["trace_id"],
+        "observation_id": score.get("observation_id"),
+        "name": score["name"],
+        "value": score["value"],
+        "data_type": score["data_type"],
+        "comment": score.get("comment"),
+        "metadata": meta,
+        "source": _SOURCES.get(str(score.get("source")), "API"),
+        "timestamp": datetime.fromtimestamp(score["created_at"], tz=UTC),
+        "environment": environment,
+    }
+
+
+# -- read ------------------------------------------------------------------------------------
+def trace_from_root(root: Any) -> Trace | None:
+    """The trace row carried by a root observation; ``None`` if evoharness did not export it."""
+    data = loads((getattr(root, "metadata", None) or {}).get(TRACE_KEY))
+    if not isinstance(data, dict):
+        return None
+    return Trace.model_validate(migrate_trace(data))
+
+
+def observation_from_api(o: Any) -> Observation:
+    """An observation from the API's observation object (``parse_io_as_json=True``)."""
+    usage = o.usage_details or {}
+    meta = dict(o.metadata or {})
+    meta.pop(TRACE_KEY, None)
+    extra = loads(meta.pop(FIELDS_KEY, None))
+    fields = {k: v for k, v in (extra or {}).items() if k in Observation.model_fields}
+    fields.setdefault("start_time", timestamp(o.start_time) or 0.0)
+    fields.setdefault("end_time", timestamp(o.end_time))
+    return Observation(
+        id=o.id,
+        trace_id=o.trace_id,
+        parent_id=o.parent_observation_id,
+        type=str(o.type).lower(),
+        name=o.name or "",
+        input=o.input,
+        output=o.output,  # parsed by the API
+        metadata=meta,
+        model=o.model,
+        level=o.level or "DEFAULT",
+        status_message=o.status_message,
+        usage=Usage(
+            input_tokens=usage.get("input", 0),
+            output_tokens=usage.get("output", 0),
+            total_tokens=usage.get("total", 0),
+            cached_input_tokens=usage.get("input_cached_tokens", 0),
+        )
+        if usage
+        else None,
+        **fields,
+    )
+
+
+def score_from_api(s: Any, trace_id: str) -> Score:
+    """A score from the API's score object."""
+    meta = {k: v for k, v in (s.metadata or {}).items() if k in Score.model_fields}
+    meta.setdefault("source", "api")
+    return Score(
+        id=s.id,
+        trace_id=trace_id,
+        observation_id=getattr(s, "observation_id", None) or _subject_observation(s),
+        name=s.name,
+        value=s.value if not isinstance(s.value, bool) else float(s.value),
+        data_type=getattr(s, "data_type", None) or "NUMERIC",
+        comment=s.comment,
+        created_at=timestamp(s.timestamp) or 0.0,
+        **{k: v for k, v in meta.items() if k not in NATIVE_SCORE_FIELDS},
+    )
+
+
+def _subject_observation(s: Any) -> str | None:
+    subject = getattr(s, "subject", None)
+    if subject is None:
+        return None
+    if getattr(subject, "kind", None) == "observation":
+        return str(subject.id)
+    return None

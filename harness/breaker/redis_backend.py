@@ -101,10 +101,10 @@ if state == 'open' then return {'', '', 0} end
 local entry = failure .. ':' .. rid
 -- idempotent: a record already applied (its reply lost to a timeout) is not counted again
 if rid ~= '' and redis.call('LPOS', w, entry) then return {'', '', 0} end
-redis.call('EXPIRE', h, ttl)
 redis.call('RPUSH', w, entry)
 redis.call('EXPIRE', w, ttl)
 local fails = redis.call('HINCRBY', h, 'failures', failure)
+redis.call('EXPIRE', h, ttl)
 local n = redis.call('LLEN', w)
 if n > size then
   -- Redis rejects "-0" as an integer argument, so only decrement for a failure

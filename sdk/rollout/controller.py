@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from evoharness.harness.errors import ConfigError
 from evoharness.sdk.prompts.store import ACTIVE, CANDIDATE, PromptStore, RegistryPromptStore
 from evoharness.sdk.registry.base import Registry
@@ -140,7 +142,34 @@ class RolloutController:
         for v in weights:
             self.prompts.get(prompt, v)  # raises ArtifactNotFound for a missing version
         now = self.clock()
-        exp = Experiment(
+        try:
+            exp = self._experiment(
+                prompt, control, weights, stages, min_dwell_s, now, reason, experiment_id, salt
+            )
+        except ValidationError as exc:
+            raise ConfigError(
+                f"rollout of {prompt!r}: {exc.errors()[0]['msg']}", field="stages"
+            ) from exc
+        if len(exp.candidates) == 1:
+            self.prompts.set_label(
+                prompt, CANDIDATE, exp.candidates[0].version, actor=actor, reason=reason
+            )
+        self.experiments.save(exp, actor=actor, reason=f"start {exp.id}: {reason}".strip())
+        return exp
+
+    @staticmethod
+    def _experiment(
+        prompt: str,
+        control: int,
+        weights: dict[int, float],
+        stages: Sequence[float],
+        min_dwell_s: float,
+        now: float,
+        reason: str,
+        experiment_id: str | None,
+        salt: str | None,
+    ) -> Experiment:
+        return Experiment(
             **({"id": experiment_id} if experiment_id else {}),
             prompt=prompt,
             salt=salt or "",
@@ -152,12 +181,6 @@ class RolloutController:
             min_dwell_s=min_dwell_s,
             reason=reason or "started",
         )
-        if len(exp.candidates) == 1:
-            self.prompts.set_label(
-                prompt, CANDIDATE, exp.candidates[0].version, actor=actor, reason=reason
-            )
-        self.experiments.save(exp, actor=actor, reason=f"start {exp.id}: {reason}".strip())
-        return exp
 
     def current(self, prompt: str) -> Experiment | None:
         """The latest experiment of ``prompt`` (running or ended)."""

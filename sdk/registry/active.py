@@ -17,8 +17,11 @@ class ActiveArtifact(Generic[T]):
 
     The runtime calls it on every use; it asks the registry which version the label points
     at no more than once per ``refresh_s`` seconds and parses a version once. A promote or
-    rollback is therefore picked up within ``refresh_s``. When the registry cannot be read
-    (a database outage) it keeps serving the last version it loaded.
+    rollback is therefore picked up within ``refresh_s``. With ``background`` the check runs
+    in a short-lived worker thread while callers keep getting the current value, so a call on
+    an event loop never waits for the database (only the very first load is synchronous).
+    When the registry cannot be read (a database outage) it keeps serving what it last
+    loaded; it raises only if it never loaded anything.
 
     Args:
         registry: Where the artifact lives.
@@ -28,6 +31,7 @@ class ActiveArtifact(Generic[T]):
         default: Served while the label points nowhere.
         label: The label to follow.
         refresh_s: The most seconds between two label look-ups (0: every call).
+        background: Refresh in a worker thread instead of in the caller.
 
     Example:
         >>> from evoharness.sdk.registry import open_registry
@@ -52,6 +56,7 @@ class ActiveArtifact(Generic[T]):
         default: T,
         label: str = "active",
         refresh_s: float = 1.0,
+        background: bool = False,
     ) -> None:
         self.registry = registry
         self.kind = kind
@@ -60,10 +65,16 @@ class ActiveArtifact(Generic[T]):
         self.parse = parse
         self.default = default
         self.refresh_s = refresh_s
-        self._lock = threading.Lock()
+        self.background = background
+        self._lock = threading.Lock()  # one look-up at a time
+        self._spawn = threading.Lock()  # never held during I/O: callers do not wait on it
         self._checked: float | None = None
+        self._loaded = False
         self._version: ArtifactVersion | None = None
         self._value: T = default
+        self._worker: threading.Thread | None = None
+        self.last_error: Exception | None = None
+        """The error of the last failed look-up (cleared by a successful one)."""
 
     @property
     def version(self) -> ArtifactVersion | None:
@@ -73,10 +84,33 @@ class ActiveArtifact(Generic[T]):
 
     def __call__(self) -> T:
         now = time.monotonic()
+        if self._checked is not None and now - self._checked < self.refresh_s:
+            return self._value
+        if not (self.background and self._loaded):
+            return self.refresh()
+        with self._spawn:
+            if self._worker is None or not self._worker.is_alive():
+                self._checked = now  # one worker per interval
+                self._worker = threading.Thread(
+                    target=self._refresh_quietly, name=f"evoharness-active-{self.kind}", daemon=True
+                )
+                self._worker.start()
+        return self._value
+
+    def _refresh_quietly(self) -> None:
+        try:
+            self.refresh()
+        except Exception:  # kept in last_error; the served value stays
+            return
+
+    def refresh(self) -> T:
+        """Look the label up now (in the caller) and return what it serves.
+
+        Raises:
+            RegistryError: The registry cannot be read and nothing was loaded before.
+        """
         with self._lock:
-            if self._checked is not None and now - self._checked < self.refresh_s:
-                return self._value
-            self._checked = now
+            self._checked = time.monotonic()
             try:
                 number = self.registry.labels(self.kind, self.name).get(self.label)
                 if number is None:
@@ -84,7 +118,15 @@ class ActiveArtifact(Generic[T]):
                 elif self._version is None or self._version.version != number:
                     version = self.registry.get(self.kind, self.name, number)
                     self._version, self._value = version, self.parse(version)
-            except Exception:
-                if self._version is None:
+                self._loaded, self.last_error = True, None
+            except Exception as exc:
+                self.last_error = exc
+                if not self._loaded:
                     raise  # nothing served yet: the caller must know
             return self._value
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for a background refresh in flight (tests, shutdown)."""
+        worker = self._worker
+        if worker is not None:
+            worker.join(timeout)

@@ -32,11 +32,24 @@ def active_guard_rules(
     *,
     label: str = "active",
     refresh_s: float = 1.0,
+    background: bool = True,
 ) -> ActiveArtifact[GuardRuleSet]:
     """A provider for ``OutputGuardMiddleware(rules_provider=...)``: the rules ``label``
-    serves, re-checked at most every ``refresh_s`` seconds (empty until one is promoted)."""
+    serves (empty until one is promoted).
+
+    The first call loads synchronously; later ones re-check at most every ``refresh_s``
+    seconds, by default in a worker thread so the guard never waits for the database on
+    the event loop (a promote reaches running agents one look-up later).
+    """
     return ActiveArtifact(
-        registry, GUARD_RULES, name, parse=rules_of, default=EMPTY, label=label, refresh_s=refresh_s
+        registry,
+        GUARD_RULES,
+        name,
+        parse=rules_of,
+        default=EMPTY,
+        label=label,
+        refresh_s=refresh_s,
+        background=background,
     )
 
 

@@ -66,35 +66,62 @@ class PostgresRegistry(SQLRegistry):
 
     def __init__(self, url: str, *, connect_timeout_s: float = 10.0) -> None:
         super().__init__()
-        psycopg = require_extra("psycopg", extra="postgres", feature="The PostgreSQL registry")
+        self._psycopg: Any = require_extra(
+            "psycopg", extra="postgres", feature="The PostgreSQL registry"
+        )
         self.url = url
-        self.integrity_errors = (psycopg.errors.UniqueViolation,)
-        try:
-            self._conn: Any = psycopg.connect(
-                url, autocommit=True, connect_timeout=max(1, round(connect_timeout_s))
-            )
-        except psycopg.Error as exc:
-            raise RegistryError(
-                f"cannot connect to PostgreSQL at {redact_url(url)}: {exc}. Check that the "
-                "server runs, the URL (user, host, port, database) is right and the role may "
-                "log in; for the embedded default pass a file path instead"
-            ) from exc
+        self.connect_timeout_s = connect_timeout_s
+        self.integrity_errors = (self._psycopg.errors.UniqueViolation,)
+        self._conn: Any = self._connect()
         self._migrate()
 
     def __repr__(self) -> str:
         return f"PostgresRegistry({redact_url(self.url)!r})"
 
+    def _connect(self) -> Any:
+        try:
+            return self._psycopg.connect(
+                self.url, autocommit=True, connect_timeout=max(1, round(self.connect_timeout_s))
+            )
+        except self._psycopg.Error as exc:
+            raise RegistryError(
+                f"cannot connect to PostgreSQL at {redact_url(self.url)}: {exc}. Check that the "
+                "server runs, the URL (user, host, port, database) is right and the role may "
+                "log in; for the embedded default pass a file path instead"
+            ) from exc
+
+    def _connection(self) -> Any:
+        # A lost connection (server restart, network cut) is replaced on the next call; the
+        # call that found it broken has already failed with a RegistryError.
+        if self._conn.broken:
+            self._conn = self._connect()
+        return self._conn
+
+    def _failed(self, exc: BaseException) -> RegistryError:
+        return RegistryError(f"PostgreSQL registry {redact_url(self.url)}: {exc}")
+
     @contextmanager
     def _tx(self, key: str) -> Iterator[None]:
-        with self._lock, self._conn.transaction():
-            # serialises writers of one artifact across connections; released at commit
-            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(key),))
-            yield
+        with self._lock:
+            try:
+                with self._connection().transaction():
+                    # serialises writers of one artifact across connections; freed at commit
+                    self._exec("SELECT pg_advisory_xact_lock(?)", (_lock_id(key),))
+                    yield
+            except self.integrity_errors:
+                raise  # a lost race on a version number: publish retries
+            except self._psycopg.Error as exc:
+                raise self._failed(exc) from exc
 
     def _exec(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         with self._lock:
-            cur = self._conn.execute(sql.replace("?", "%s"), tuple(params))
-            return list(cur.fetchall()) if cur.description is not None else []
+            try:
+                cur = self._connection().execute(sql.replace("?", "%s"), tuple(params))
+                return list(cur.fetchall()) if cur.description is not None else []
+            except self.integrity_errors:
+                raise
+            except self._psycopg.Error as exc:
+                raise self._failed(exc) from exc
 
     def close(self) -> None:
         """Close the connection (idempotent)."""

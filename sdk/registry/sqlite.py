@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from evoharness.sdk.registry._sql import Row, SQLRegistry
+from evoharness.sdk.registry.base import RegistryError
 
 MEMORY = ":memory:"
 
@@ -75,17 +76,26 @@ class SQLiteRegistry(SQLRegistry):
         # BEGIN IMMEDIATE takes the database write lock up front: a second process waits
         # here (busy timeout) instead of failing later on a read-then-write upgrade.
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            self._exec("BEGIN IMMEDIATE")
             try:
                 yield
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
                 raise
-            self._conn.execute("COMMIT")
+            self._exec("COMMIT")
 
     def _exec(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         with self._lock:
-            return self._conn.execute(sql, tuple(params)).fetchall()
+            try:
+                return self._conn.execute(sql, tuple(params)).fetchall()
+            except sqlite3.IntegrityError:
+                raise  # a lost race on a version number: publish retries
+            except sqlite3.Error as exc:
+                raise RegistryError(
+                    f"SQLite registry {self.path}: {exc} (is the file writable, the disk "
+                    "full, or the registry closed?)"
+                ) from exc
 
     def close(self) -> None:
         """Close the connection (idempotent)."""

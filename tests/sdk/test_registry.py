@@ -75,13 +75,17 @@ def registry_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     its own (search_path) in the module's database."""
     if request.param == "sqlite":
         return str(tmp_path / "registry.db")
+    return _own_schema(request.getfixturevalue("postgres_db"))
+
+
+def _own_schema(database_url: str) -> str:
+    """A new schema in the test database; the URL that makes it the search path."""
     import psycopg
 
-    url: str = request.getfixturevalue("postgres_db")
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
-    return f"{url}?options=-csearch_path%3D{schema}"
+    return f"{database_url}?options=-csearch_path%3D{schema}"
 
 
 @pytest.fixture
@@ -375,10 +379,78 @@ def test_active_artifact_follows_promote_and_rollback(reg: Registry) -> None:
     assert slow() == ["a"]  # cached until refresh_s passes
 
 
+class _GatedRegistry:
+    """Delegates to a registry; label look-ups wait until ``gate`` is set."""
+
+    def __init__(self, inner: Registry) -> None:
+        self.inner = inner
+        self.gate = threading.Event()
+
+    def labels(self, kind: str, name: str) -> dict[str, int]:
+        self.gate.wait()
+        return self.inner.labels(kind, name)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+
+def test_active_artifact_background_refresh_never_blocks_the_caller(reg: Registry) -> None:
+    reg.promote("prompt", "p", reg.publish("prompt", "p", {"t": "one"}).version)
+    gated = _GatedRegistry(reg)
+    gated.gate.set()
+    active: ActiveArtifact[Any] = ActiveArtifact(
+        gated,
+        "prompt",
+        "p",
+        parse=lambda v: v.content["t"],
+        default=None,
+        refresh_s=0,
+        background=True,
+    )
+    assert active() == "one"  # the first load is synchronous
+    gated.gate.clear()  # from now on a look-up hangs until released
+    reg.promote("prompt", "p", reg.publish("prompt", "p", {"t": "two"}).version)
+    assert active() == "one" and active() == "one"  # served at once, one worker in flight
+    gated.gate.set()
+    active.join()
+    assert active.refresh() == "two" and active() == "two"
+    active.join()
+
+
+def test_active_artifact_serves_the_last_version_through_an_outage(registry_url: str) -> None:
+    reg = open_registry(registry_url)
+    reg.promote("prompt", "p", reg.publish("prompt", "p", {"t": "one"}).version)
+    active: ActiveArtifact[Any] = ActiveArtifact(
+        reg, "prompt", "p", parse=lambda v: v.content["t"], default=None, refresh_s=0
+    )
+    assert active() == "one"
+    reg.close()  # every look-up fails from now on
+    assert active() == "one" and isinstance(active.last_error, RegistryError)
+    never: ActiveArtifact[Any] = ActiveArtifact(
+        reg, "prompt", "p", parse=lambda v: v.content["t"], default=None, refresh_s=0
+    )
+    with pytest.raises(RegistryError):
+        never()  # nothing was ever loaded: the caller must know
+
+
+def test_postgres_connection_is_replaced_after_the_server_drops_it(postgres_db: str) -> None:
+    import psycopg
+
+    reg = open_registry(_own_schema(postgres_db))
+    reg.publish("prompt", "p", {"t": 1})
+    (pid,) = reg._conn.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[attr-defined]
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(RegistryError, match="PostgreSQL registry"):
+        reg.get("prompt", "p")  # this call finds the connection gone
+    assert reg.get("prompt", "p").content == {"t": 1}  # the next one reconnects
+    reg.close()
+
+
 # -- what evolve publishes: guard rules and memory snapshots, on both backends -----------------
 def test_guard_rules_publish_activate_rollback_audit(reg: Registry) -> None:
     rules = GuardRuleVersions(reg, "shop", author="evolve:cycle")
-    provider = active_guard_rules(reg, "shop", refresh_s=0)
+    provider = active_guard_rules(reg, "shop", refresh_s=0, background=False)
     guard = OutputGuardMiddleware(rules_provider=provider)
     secret = "your key is sk-abcdefgh12 and the password is hunter2"
     assert guard.check(secret) == (secret, [], []) and guard.rules.version == 0
@@ -418,7 +490,9 @@ def test_guard_rules_reach_the_agent_through_the_harness(reg: Registry) -> None:
     rules = GuardRuleVersions(reg)
     rules.publish(GuardRuleSet(rules=(GuardRule(name="no-key", pattern=r"sk-[a-z0-9]{8,}"),)))
     config = HarnessConfig(
-        guard_rules_provider=active_guard_rules(reg, refresh_s=0), breaker=None, drift_every=None
+        guard_rules_provider=active_guard_rules(reg, refresh_s=0, background=False),
+        breaker=None,
+        drift_every=None,
     )
 
     def answer() -> str:

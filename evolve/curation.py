@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from langchain_core.language_models import BaseChatModel
@@ -14,6 +14,7 @@ from evoharness.evolve._json import extract_json
 from evoharness.evolve.memory import MemoryEntry, MemoryOp, similarity, words
 
 PatternFn = Callable[[str], str]
+CaseKeyFn = Callable[[str, Mapping[str, Any]], str]
 
 
 def default_pattern(query: str) -> str:
@@ -27,9 +28,12 @@ def default_pattern(query: str) -> str:
 
 
 def tool_sequence(pkg: dict[str, Any]) -> list[str]:
-    """The package's tool names in order, consecutive repeats collapsed."""
+    """The package's successful tool calls' names in order, consecutive repeats collapsed
+    (a failed call, e.g. to a tool that does not exist, is never part of a strategy)."""
     seq: list[str] = []
     for c in pkg["tool_calls"]:
+        if c.get("error"):
+            continue
         if not seq or seq[-1] != c["name"]:
             seq.append(c["name"])
     return seq
@@ -71,23 +75,46 @@ class Proposer(Protocol):
     ) -> list[MemoryOp]: ...
 
 
+def strategy_text(pattern: str, seq: Sequence[str]) -> str:
+    """A strategy as an instruction: "For <pattern> requests, call a, then b, then c."."""
+    steps = ", then ".join(seq)
+    return f"For {pattern} requests, call {steps}." if pattern else f"Call {steps}."
+
+
 class RuleProposer:
     """Deterministic proposer (no model): strategies from gated goodcases, lessons from the
-    failed rubric items of badcases (their ``avoid_hint``).
+    failed rubric items of badcases (their imperative hint).
+
+    Only goodcases whose success was shown by evidence become strategies; failed and
+    undecided runs never do. A lesson is the hint itself ("Call shipping_calc for every
+    pick."), never the item's description.
 
     Args:
         pattern: Maps a query to its pattern (what retrieval matches on).
-        hints: Rubric item id -> avoid hint (e.g. from the environment's rubric items).
+        hints: Rubric item id -> imperative hint (a ``(description, hint)`` pair is
+            accepted for compatibility; the hint is used).
+        case_key: Maps (query, trace metadata) to the case key; overrides ``pattern``.
     """
 
     def __init__(
         self,
         *,
         pattern: PatternFn = default_pattern,
-        hints: dict[str, tuple[str, str]] | None = None,
+        hints: Mapping[str, str | tuple[str, str]] | None = None,
+        case_key: CaseKeyFn | None = None,
     ) -> None:
         self.pattern = pattern
-        self.hints = hints or {}
+        self.case_key = case_key
+        self.hints = {
+            k: (v[1] if isinstance(v, tuple) else v) for k, v in (hints or {}).items() if v
+        }
+
+    def key(self, pkg: dict[str, Any]) -> str:
+        """The case key of a diagnosis package."""
+        query = pkg.get("query") or ""
+        if self.case_key is not None:
+            return self.case_key(query, pkg.get("metadata") or {})
+        return self.pattern(query)
 
     def propose(
         self,
@@ -98,14 +125,16 @@ class RuleProposer:
         ops: list[MemoryOp] = []
         added: list[MemoryEntry] = list(existing)
         for pkg in good:
-            pattern = self.pattern(pkg.get("query") or "")
+            if pkg["verdict"].get("success") is not True:
+                continue  # undecided or failed: never a strategy
+            pattern = self.key(pkg)
             if not passes_strategy_gates(pkg, added, pattern):
                 continue
             seq = tool_sequence(pkg)
             entry = MemoryEntry(
                 kind="strategy",
                 query_pattern=pattern,
-                summary=" -> ".join(seq),
+                summary=strategy_text(pattern, seq),
                 tool_hints=seq,
                 key_decisions=[
                     f"{len(pkg['tool_calls'])} tool calls, total {pkg['verdict']['total']:.2f}"
@@ -117,12 +146,12 @@ class RuleProposer:
             added.append(entry)
             ops.append(MemoryOp(op="ADD", entry=entry, reason="goodcase passed the gates"))
         for pkg in bad:
-            pattern = self.pattern(pkg.get("query") or "")
+            pattern = self.key(pkg)
             failed = pkg["verdict"]["p0_failures"] + pkg["verdict"]["p1_failures"]
             for item in failed:
-                if item not in self.hints:
+                hint = self.hints.get(item)
+                if not hint:
                     continue
-                description, hint = self.hints[item]
                 ops.append(
                     MemoryOp(
                         op="ADD",
@@ -130,7 +159,7 @@ class RuleProposer:
                         entry=MemoryEntry(
                             kind="lesson",
                             query_pattern=pattern,
-                            summary=f"Avoid: {description}",
+                            summary=hint,
                             avoid_hints=[hint],
                             score=0.7,
                             confidence=0.7,

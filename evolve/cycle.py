@@ -19,17 +19,27 @@ from evoharness.evolve.routing import (
 )
 from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import EpisodeFilter, TraceSource
+from evoharness.evolve.traces import Episode, EpisodeFilter, TraceSource
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.registry import GuardRuleVersions
 
 
 class CycleReport(BaseModel):
-    """What a cycle did."""
+    """What a cycle did.
+
+    ``decided``/``undecided``/``good`` count the batch's verdicts (old and new): an
+    undecided episode had no evidence of success or failure and fed no pool but
+    ``undecided``. ``unmatched`` counts episodes the environment does not own.
+    """
 
     episodes: int
     judge: JudgeReport
     routed: dict[str, int]
+    decided: int = 0
+    undecided: int = 0
+    good: int = 0
+    unmatched: int = 0
+    unmatched_tags: list[str] = Field(default_factory=list)
     memory_version: int | None = None
     strategies: int = 0
     lessons: int = 0
@@ -54,11 +64,22 @@ async def run_cycle(
     concurrency: int = 8,
     now: float | None = None,
     on_progress: Callable[[str, str], None] | None = None,
+    rejudge: bool = False,
+    owns: Callable[[Episode], bool] | None = None,
 ) -> CycleReport:
-    """Run one cycle over the episodes ``where`` selects (idempotent and resumable)."""
+    """Run one cycle over the episodes ``where`` selects (idempotent and resumable).
+
+    Every read and write is keyed by the batch (its verdicts, its pool entries), so the
+    cost is O(new episodes), not O(history). With ``owns``, episodes the environment does
+    not own are left out and counted as ``unmatched``.
+    """
     started = time.time()
     now = now or started
     episodes = list(source.episodes(where))
+    unmatched: list[Episode] = []
+    if owns is not None:
+        unmatched = [e for e in episodes if not owns(e)]
+        episodes = [e for e in episodes if owns(e)]
     judged = await judge_episodes(
         episodes,
         grader=grader,
@@ -66,13 +87,14 @@ async def run_cycle(
         state=state,
         scores_to=scores_to,
         concurrency=concurrency,
+        rejudge=rejudge,
         on_progress=on_progress,
     )
-    verdicts = state.verdicts()
+    batch = [e.trace_id for e in episodes]
+    verdicts = state.verdicts(batch)
     routed = route_all(episodes, verdicts, state, route_config)
-    batch = {e.trace_id for e in episodes}
-    good = [p for p in state.pool("strategy_candidate") if p["trace_id"] in batch]
-    bad = [p for p in state.pool("lesson_candidate") if p["trace_id"] in batch]
+    good = state.pool("strategy_candidate", batch)
+    bad = state.pool("lesson_candidate", batch)
 
     before = memory.entries(include_retired=True)
     ops = proposer.propose(good, bad, [e for e in before.values() if not e.retired])
@@ -89,6 +111,11 @@ async def run_cycle(
         episodes=len(episodes),
         judge=judged,
         routed=routed,
+        decided=sum(v.success is not None for v in verdicts.values()),
+        undecided=sum(v.success is None for v in verdicts.values()),
+        good=sum(v.success is True for v in verdicts.values()),
+        unmatched=len(unmatched),
+        unmatched_tags=sorted({t for e in unmatched for t in e.tags})[:20],
         memory_version=version,
         strategies=sum(e.kind == "strategy" for e in live),
         lessons=sum(e.kind == "lesson" for e in live),
@@ -96,7 +123,7 @@ async def run_cycle(
     )
     if guard_rules is not None:
         current = guard_rules.load()
-        guard_pkgs = [p for p in state.pool("guard") if p["trace_id"] in batch]
+        guard_pkgs = state.pool("guard", batch)
         new_rules = propose_guard_rules(guard_pkgs, current)
         if new_rules:
             published = guard_rules.publish(
@@ -119,6 +146,10 @@ def summarize(report: CycleReport) -> dict[str, Any]:
         "judged": report.judge.judged,
         "skipped": report.judge.skipped,
         "judge_failures": report.judge.failed,
+        "decided": report.decided,
+        "undecided": report.undecided,
+        "good": report.good,
+        "unmatched": report.unmatched,
         **{f"routed_{k}": v for k, v in report.routed.items()},
         "strategies": report.strategies,
         "lessons": report.lessons,

@@ -10,17 +10,20 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from evoharness.evolve.curation import RuleProposer
 from evoharness.evolve.cycle import CycleReport, run_cycle
+from evoharness.evolve.environment import (
+    build_judge,
+    build_proposer,
+    build_rubrics,
+    load_plugin,
+    runtime_of,
+)
 from evoharness.evolve.jobs import judge_episodes
-from evoharness.evolve.judge import DEFAULT_CHECKS, Judge, RuleJudge
 from evoharness.evolve.memory import MemoryEntry, MemoryRetriever, MemoryStore, render_reference
-from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
-from evoharness.examples.shop.env import ShopEnvironment
-from evoharness.examples.shop.judge import ShopRules
 from evoharness.harness.tracing import Tracer, TraceStore
+from evoharness.sdk.environment import Environment
 from evoharness.sdk.registry import GuardRuleVersions, active_guard_rules, open_registry
 from evoharness.sdk.runner import RunReport, TaskResult, run_tasks
 
@@ -62,25 +65,30 @@ def run_demo(
     val_limit: int | None = None,
     concurrency: int = 8,
     on_phase: Callable[[str], None] | None = None,
+    env: str = "shop",
 ) -> DemoResult:
-    """Val before, train, one evolve cycle, val after; returns the measurements."""
+    """Val before, train, one evolve cycle, val after; returns the measurements.
+
+    The environment comes in through the plugin loader (``env``: a registered name or
+    ``package.module:Object``); it needs a run side with an offline model.
+    """
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     store = TraceStore(workdir / "traces.db")
     tracer = Tracer(store)
     state = EvolveState(workdir / "evolve.db")
     registry = open_registry(workdir / "registry.db")
-    memory = MemoryStore(workdir / "memory.db", registry=registry, name="shop")
-    guard_rules = GuardRuleVersions(registry, "shop")
-    rules = ShopRules()
-    grader = Judge(RuleJudge([*DEFAULT_CHECKS, rules.check]))
-    rubrics = RubricGenerator(extra_items=rules.items)
-    env = ShopEnvironment(guard_rules=active_guard_rules(registry, "shop"))
-    val = env.tasks("val")[:val_limit] if val_limit else env.tasks("val")
-    train = env.tasks("train")[:train_limit] if train_limit else env.tasks("train")
+    plugin = load_plugin(env)
+    memory = MemoryStore(workdir / "memory.db", registry=registry, name=plugin.name)
+    guard_rules = GuardRuleVersions(registry, plugin.name)
+    grader = build_judge(plugin)
+    rubrics = build_rubrics(plugin)
+    world = runtime_of(plugin, guard_rules=active_guard_rules(registry, plugin.name))
+    val = world.tasks("val")[:val_limit] if val_limit else world.tasks("val")
+    train = world.tasks("train")[:train_limit] if train_limit else world.tasks("train")
 
     def run(
-        e: ShopEnvironment, tasks: Sequence[Any], harness: bool, tags: list[str]
+        e: Environment, tasks: Sequence[Any], harness: bool, tags: list[str]
     ) -> list[TaskResult]:
         if on_phase is not None:
             on_phase(f"running {len(tasks)} tasks: {' '.join(tags)}")
@@ -97,9 +105,9 @@ def run_demo(
         )
 
     results: list[tuple[str, list[TaskResult]]] = []
-    results.append(("bare agent", run(env, val, False, ["val", "bare"])))
-    results.append(("harnessed", run(env, val, True, ["val", "before"])))
-    run(env, train, True, ["train"])
+    results.append(("bare agent", run(world, val, False, ["val", "bare"])))
+    results.append(("harnessed", run(world, val, True, ["val", "before"])))
+    run(world, train, True, ["train"])
     store.flush(60)
     if on_phase is not None:
         on_phase("evolve cycle over the train traces: judge, route, curate")
@@ -111,14 +119,16 @@ def run_demo(
             rubrics=rubrics,
             state=state,
             memory=memory,
-            proposer=RuleProposer(pattern=rules.pattern, hints=rules.hints()),
+            proposer=build_proposer(plugin),
             guard_rules=guard_rules,
             scores_to=store,
             concurrency=concurrency,
         )
     )
-    learned_env = ShopEnvironment(
-        guard_rules=active_guard_rules(registry, "shop"), references=memory_provider(memory)
+    learned_env = runtime_of(
+        plugin,
+        guard_rules=active_guard_rules(registry, plugin.name),
+        references=memory_provider(memory),
     )
     results.append(("harnessed + learned", run(learned_env, val, True, ["val", "after"])))
     store.flush(60)

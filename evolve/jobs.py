@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from evoharness.evolve.judge import JudgeFailure, Verdict
-from evoharness.evolve.rubric import Rubric, RubricGenerator
+from evoharness.evolve.judge import JudgeFailure, RelativeJudge, Verdict
+from evoharness.evolve.rubric import Rubric, RubricGenerator, query_hash
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import Episode
 from evoharness.harness.errors import ConfigError
@@ -29,66 +30,93 @@ class Grader(Protocol):
 
 
 class JudgeReport(BaseModel):
-    """What a judge job did."""
+    """What a judge job did.
+
+    Attributes:
+        seen: Episodes offered.
+        judged: Verdicts made in this run.
+        skipped: Already judged with the same judge, rubric and trace content.
+        failed: Judge failures (recorded; the trace stays unscored).
+        running: Traces still running (not judged until they finish).
+        repaired: Verdicts whose scores never reached the store, written again.
+        decided: Verdicts of this run that decided task success either way.
+        undecided: Verdicts of this run without evidence of success or failure.
+        good: Verdicts of this run with success shown by evidence.
+    """
 
     seen: int = 0
     judged: int = 0
     skipped: int = 0
     failed: int = 0
+    running: int = 0
+    repaired: int = 0
+    decided: int = 0
+    undecided: int = 0
+    good: int = 0
 
 
-def write_scores(store: TraceStore, verdict: Verdict) -> None:
-    """Write a verdict back to the trace store as scores (exported like any score)."""
+def judge_key(grader: Grader, rubrics: RubricGenerator) -> str:
+    """The versions a verdict depends on: judge (and its prompt) and rubric."""
+    return f"{getattr(grader, 'version', grader.name)}|{rubrics.version}"
+
+
+def fingerprint(episode: Episode) -> str:
+    """A content hash of ``episode`` without its scores: a change means judge it again."""
+    data = episode.model_dump_json(exclude={"scores"})
+    return hashlib.sha256(data.encode()).hexdigest()[:20]
+
+
+def score_rows(verdict: Verdict) -> list[dict[str, Any]]:
+    """The scores a verdict writes back (ids are stable: rewriting replaces them)."""
     comment = f"{verdict.judge} rubric={verdict.rubric_version}"
     if verdict.judge_prompt_version:
         comment += f" prompt={verdict.judge_prompt_version}"
+    now = time.time()
     base = {
         "trace_id": verdict.trace_id,
         "source": "judge",
         "rubric_version": verdict.rubric_version,
     }
-    now = time.time()
-    store.put_score(
-        {
+
+    def row(name: str, value: float, note: str, **extra: Any) -> dict[str, Any]:
+        return {
             **base,
-            "id": f"{verdict.trace_id}-p0_pass",
-            "name": "p0_pass",
-            "value": float(verdict.p0_pass),
-            "data_type": "BOOLEAN",
-            "comment": ", ".join(verdict.p0_failures) or comment,
+            "id": f"{verdict.trace_id}-{name}",
+            "name": name,
+            "value": value,
+            "comment": note or comment,
             "created_at": now,
+            **extra,
         }
-    )
-    store.put_score(
-        {
-            **base,
-            "id": f"{verdict.trace_id}-p1_deduction",
-            "name": "p1_deduction",
-            "value": verdict.p1_deduction,
-            "comment": ", ".join(verdict.p1_failures) or comment,
-            "created_at": now,
-        }
-    )
+
+    rows = [
+        row("p0_pass", float(verdict.p0_pass), ", ".join(verdict.p0_failures), data_type="BOOLEAN"),
+        row("p1_deduction", verdict.p1_deduction, ", ".join(verdict.p1_failures)),
+    ]
     if verdict.p2_avg is not None:
-        store.put_score(
-            {
-                **base,
-                "id": f"{verdict.trace_id}-p2_avg",
-                "name": "p2_avg",
-                "value": verdict.p2_avg,
-                "comment": comment,
-                "created_at": now,
-            }
-        )
-    store.put_score(
-        {
-            **base,
-            "id": f"{verdict.trace_id}-total",
-            "name": "total",
-            "value": verdict.total,
-            "comment": "; ".join(verdict.comments)[:500] or comment,
-            "created_at": now,
-        }
+        rows.append(row("p2_avg", verdict.p2_avg, ""))
+    if verdict.success is not None:
+        rows.append(row("judge_success", float(verdict.success), "", data_type="BOOLEAN"))
+    if verdict.relative is not None:
+        rows.append(row("relative", verdict.relative, ""))
+    # ``total`` goes last: its presence marks the verdict's scores as complete
+    rows.append(row("total", verdict.total, "; ".join(verdict.comments)[:500]))
+    return rows
+
+
+def write_scores(store: TraceStore, verdict: Verdict) -> None:
+    """Write a verdict back to the trace store as scores (exported like any score)."""
+    for r in score_rows(verdict):
+        store.put_score(r)
+
+
+def scores_complete(episode: Episode, verdict: Verdict) -> bool:
+    """Whether the store already holds ``verdict``'s scores for ``episode``."""
+    have = episode.scores
+    return all(
+        isinstance(have.get(r["name"]), int | float)
+        and abs(float(have[r["name"]]) - float(r["value"])) < 1e-9
+        for r in score_rows(verdict)
     )
 
 
@@ -101,21 +129,29 @@ async def judge_episodes(
     scores_to: TraceStore | None = None,
     concurrency: int = 8,
     retry_failed: bool = True,
+    rejudge: bool = False,
     on_progress: Callable[[str, str], None] | None = None,
 ) -> JudgeReport:
-    """Judge every episode not judged yet, at most ``concurrency`` at a time.
+    """Judge every episode that needs it, at most ``concurrency`` at a time.
 
-    Each verdict is committed to ``state`` the moment it exists (and written back as scores
-    to ``scores_to``), so killing the job loses at most the judgements in flight and a
-    rerun skips everything already done. A judge failure is recorded and the episode stays
-    unscored; it never stops the job. ``on_progress(trace_id, outcome)`` is called per
-    episode (outcome: judged, skipped, failed).
+    An episode is judged when it was never judged, when its trace changed since (content
+    fingerprint), when the judge or rubric version changed, or always with ``rejudge``.
+    Traces still ``running`` are left for a later run. Each verdict is committed to
+    ``state`` the moment it exists, after its scores were handed to ``scores_to``; a
+    verdict whose scores never reached the store (the job was killed before the store
+    wrote them) is repaired: its scores are written again from the stored verdict. A judge
+    failure is recorded and the episode stays unscored; it never stops the job. Only the
+    batch's judgments are read (indexed), so the cost is O(batch), not O(history).
+    ``on_progress(trace_id, outcome)`` is called per episode (outcome: judged, skipped,
+    failed, running).
     """
-    done = state.judged(include_failed=not retry_failed)
+    batch = list(episodes)
+    known = state.lookup(e.trace_id for e in batch)
+    key = judge_key(grader, rubrics)
     report = JudgeReport()
     gate = asyncio.Semaphore(concurrency)
 
-    async def one(e: Episode) -> None:
+    async def one(e: Episode, fp: str) -> None:
         async with gate:
             rubric = (
                 await asyncio.to_thread(rubrics.rubric, e.query or "")
@@ -133,25 +169,98 @@ async def judge_episodes(
                 report.failed += 1
                 outcome = "failed"
             else:
-                state.save_verdict(verdict)
-                if scores_to is not None:
+                verdict = verdict.model_copy(update={"fingerprint": fp})
+                if scores_to is not None:  # scores first: a committed verdict implies them
                     write_scores(scores_to, verdict)
+                state.save_verdict(verdict, judge_key=key)
                 report.judged += 1
+                report.decided += verdict.success is not None
+                report.undecided += verdict.success is None
+                report.good += verdict.success is True
                 outcome = "judged"
         if on_progress is not None:
             on_progress(e.trace_id, outcome)
 
+    def done(e: Episode, outcome: str) -> None:
+        if on_progress is not None:
+            on_progress(e.trace_id, outcome)
+
     tasks = []
-    for e in episodes:
+    for e in batch:
         report.seen += 1
-        if e.trace_id in done:
-            report.skipped += 1
-            if on_progress is not None:
-                on_progress(e.trace_id, "skipped")
+        if e.status == "running":
+            report.running += 1
+            done(e, "running")
             continue
-        tasks.append(asyncio.ensure_future(one(e)))
+        fp = fingerprint(e)
+        j = known.get(e.trace_id)
+        if j is not None and not rejudge:
+            current = j.judge_key == key and j.fingerprint == fp
+            if j.status == "done" and j.verdict is not None and current:
+                report.skipped += 1
+                if scores_to is not None and not scores_complete(e, j.verdict):
+                    write_scores(scores_to, j.verdict)
+                    report.repaired += 1
+                done(e, "skipped")
+                continue
+            if j.status == "failed" and not retry_failed:
+                report.skipped += 1
+                done(e, "skipped")
+                continue
+        tasks.append(asyncio.ensure_future(one(e, fp)))
     if tasks:
         await asyncio.gather(*tasks)
+    return report
+
+
+def group_key(episode: Episode) -> str:
+    """Which runs are "the same task" for relative judging: the task id recorded in the
+    trace's metadata, else the normalised request."""
+    task = episode.metadata.get("task_id")
+    return f"task:{task}" if task is not None else f"query:{query_hash(episode.query or '')}"
+
+
+async def rank_groups(
+    episodes: Iterable[Episode],
+    *,
+    ranker: RelativeJudge,
+    state: EvolveState,
+    scores_to: TraceStore | None = None,
+    key: Callable[[Episode], str] = group_key,
+    concurrency: int = 4,
+) -> JudgeReport:
+    """Rank each group of judged runs of the same task against each other (RULER-style).
+
+    Every group of at least two judged episodes gets one ranking; each verdict gains its
+    :attr:`~evoharness.evolve.judge.Verdict.relative` score (committed with its scores).
+    Success stays what the evidence decided: a ranking is an opinion, not evidence.
+    """
+    batch = [e for e in episodes if e.status != "running"]
+    verdicts = state.verdicts(e.trace_id for e in batch)
+    groups: dict[str, list[Episode]] = {}
+    for e in batch:
+        if e.trace_id in verdicts:
+            groups.setdefault(key(e), []).append(e)
+    report = JudgeReport(seen=len(batch))
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(group: list[Episode]) -> None:
+        async with gate:
+            try:
+                scores, _ = await ranker.rank(group)
+            except Exception as exc:  # JudgeFailure or a broken call: the group stays unranked
+                report.failed += len(group)
+                ranker.last_error = f"{type(exc).__name__}: {exc}"
+                return
+        for e in group:
+            v = verdicts[e.trace_id].model_copy(update={"relative": scores[e.trace_id]})
+            if scores_to is not None:
+                write_scores(scores_to, v)
+            state.update_verdict(v)
+            report.judged += 1
+
+    await asyncio.gather(*(one(g) for g in groups.values() if len(g) > 1))
+    report.skipped = len(batch) - report.judged - report.failed
     return report
 
 

@@ -1,4 +1,10 @@
-"""Judges: a rule judge (no model) and an LLM judge (N votes), combined into a Verdict."""
+"""Judges: a rule judge (no model), an LLM judge (N votes) and a relative judge that ranks a
+group of runs of the same task, combined into a :class:`Verdict`.
+
+No verdict without evidence: an item no judge decided is undecided, and a run is a success
+only when an item that decides the outcome passed and nothing refuted it
+(:attr:`Verdict.success`; ``None`` = undecided, never a goodcase).
+"""
 
 from __future__ import annotations
 
@@ -13,22 +19,14 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field, ValidationError
 
 from evoharness.evolve._json import extract_json
-from evoharness.evolve.rubric import Rubric, RubricItem
+from evoharness.evolve.rubric import ItemResult as ItemResult
+from evoharness.evolve.rubric import Rubric
+from evoharness.evolve.signals import check_signals
 from evoharness.evolve.traces import Episode
 from evoharness.harness.errors import RunError
 from evoharness.harness.tracing.masking import SECRET_PATTERNS, Masker
 
 JUDGE_PROMPT_VERSION = "judge-v1"
-
-
-class ItemResult(BaseModel):
-    """The judgement of one rubric item."""
-
-    id: str
-    priority: str
-    passed: bool | None = None
-    score: float | None = Field(None, ge=1.0, le=5.0)
-    comment: str = ""
 
 
 class Verdict(BaseModel):
@@ -49,6 +47,20 @@ class Verdict(BaseModel):
     votes: int = 0
     disagreement: float | None = None
     items: list[ItemResult] = Field(default_factory=list)
+    success: bool | None = None
+    """Task success: ``True`` only with evidence (an outcome item passed, none refuted it),
+    ``False`` when a P0 or an outcome item failed, ``None`` when undecided."""
+    undecided: list[str] = Field(default_factory=list)
+    """Rubric items no judge could decide."""
+    relative: float | None = Field(None, ge=0.0, le=1.0)
+    """Score against the other runs of the same task (relative judge), if ranked."""
+    fingerprint: str | None = None
+    """The judged episode's content fingerprint (a changed trace is judged again)."""
+
+    @property
+    def decided(self) -> bool:
+        """Whether task success was decided either way."""
+        return self.success is not None
 
 
 class JudgeFailure(RunError):
@@ -108,7 +120,7 @@ def check_process(e: Episode, rubric: Rubric) -> list[ItemResult]:
     ]
 
 
-DEFAULT_CHECKS: tuple[RuleCheck, ...] = (check_leaks, check_process)
+DEFAULT_CHECKS: tuple[RuleCheck, ...] = (check_leaks, check_process, check_signals)
 
 
 def verdict_from(
@@ -139,6 +151,7 @@ def verdict_from(
     notes = list(comments) + [
         f"{r.id}: {r.comment}" for r in results if r.comment and r.passed is False
     ]
+    success, undecided = outcome_of(rubric, results)
     return Verdict(
         trace_id=trace_id,
         p0_pass=not p0_fail,
@@ -155,7 +168,31 @@ def verdict_from(
         votes=votes,
         disagreement=disagreement,
         items=list(results),
+        success=success,
+        undecided=undecided,
     )
+
+
+def outcome_of(rubric: Rubric, results: Sequence[ItemResult]) -> tuple[bool | None, list[str]]:
+    """Task success from the item results, and the items left undecided.
+
+    ``False`` when a P0 item, or an item that decides or refutes the outcome, failed;
+    ``True`` when an item that decides the outcome passed and nothing refuted it;
+    otherwise ``None``. Generic signals (``refutes``) can fail a run but never pass one.
+    """
+    by_id = {r.id: r for r in results}
+    role = {i.id: i.outcome for i in rubric.items}
+    refuted = any(
+        r.passed is False and (r.priority == "P0" or role.get(r.id, "none") != "none")
+        for r in results
+    )
+    shown = any(r.passed is True and role.get(r.id) == "decides" for r in results)
+    undecided = [
+        i.id
+        for i in rubric.items
+        if (r := by_id.get(i.id)) is None or (r.passed is None and r.score is None)
+    ]
+    return (False if refuted else True if shown else None), undecided
 
 
 class RuleJudge:
@@ -190,8 +227,9 @@ def _episode_text(e: Episode, limit: int = 6000) -> str:
 
 
 JUDGE_PROMPT = """You grade an AI agent's run against a rubric. For every rubric item answer
-with JSON only: {"items": [{"id": "<item id>", "passed": true|false} for P0/P1 items,
-{"id": "<item id>", "score": 1-5} for P2 items], "comment": "<one sentence>"}."""
+with JSON only: {"items": [{"id": "<item id>", "passed": true|false|null} for P0/P1 items,
+{"id": "<item id>", "score": 1-5} for P2 items], "comment": "<one sentence>"}.
+Use null when the run does not show whether the item holds: never guess a pass."""
 
 
 class _Vote(BaseModel):
@@ -291,9 +329,11 @@ class LLMJudge:
             else:
                 flags = [bool(a["passed"]) for a in answers if isinstance(a.get("passed"), bool)]
                 if flags:
-                    passed = sum(flags) * 2 >= len(flags)  # ties pass: no red line on a coin
+                    yes, no = sum(flags), len(flags) - sum(flags)
+                    # a tie is no evidence either way: the item stays undecided
+                    passed = True if yes > no else False if no > yes else None
                     out.append(ItemResult(id=item.id, priority=item.priority, passed=passed))
-                    splits.append(min(sum(flags), len(flags) - sum(flags)) / len(flags) * 2)
+                    splits.append(min(yes, no) / len(flags) * 2)
         disagreement = round(statistics.fmean(splits), 4) if splits else 0.0
         return out, len(votes), disagreement, [v.comment for v in votes if v.comment]
 
@@ -312,12 +352,21 @@ class LLMJudge:
 
 
 class Judge:
-    """Rule judge first; an optional LLM judge fills the items no rule decided."""
+    """Rule judge first; an optional LLM judge fills the items no rule decided.
+
+    Rules beat opinions: an item a rule decided keeps the rule's result whatever the model
+    says, and a rule that refutes the outcome fails the run even when the model passes it.
+    """
 
     def __init__(self, rules: RuleJudge | None = None, llm: LLMJudge | None = None) -> None:
         self.rules = rules or RuleJudge()
         self.llm = llm
         self.name = "rule" if llm is None else f"rule+{llm.name}"
+
+    @property
+    def version(self) -> str:
+        """What this judge's verdicts depend on (a change re-grades judged traces)."""
+        return self.name if self.llm is None else f"{self.name}@{self.llm.prompt_version}"
 
     async def judge(self, episode: Episode, rubric: Rubric) -> Verdict:
         decided = {r.id: r for r in self.rules.results(episode, rubric)}
@@ -337,6 +386,91 @@ class Judge:
         )
 
 
-def rubric_item_ids(items: Sequence[RubricItem]) -> list[str]:
-    """Ids of ``items`` (handy in tests and reports)."""
-    return [i.id for i in items]
+RELATIVE_PROMPT_VERSION = "relative-v1"
+RELATIVE_PROMPT = """You compare several runs of an AI agent on the SAME task (as OpenPipe's
+RULER does). Score each run from 0 to 1 relative to the others: the best run gets the
+highest score, a run that did not do the task scores low. Answer with JSON only:
+{"scores": [{"id": "<run id>", "score": 0.0-1.0, "why": "<short>"}]}."""
+
+
+class _Ranking(BaseModel):
+    scores: list[dict[str, Any]]
+
+
+class RelativeJudge:
+    """Ranks a group of runs of the same task against each other (RULER-style).
+
+    Each vote scores every run of the group in [0, 1]; the scores of the valid votes are
+    averaged per run. The result is a reward for GRPO-style training and a tie-breaker,
+    not evidence of success: it lands in :attr:`Verdict.relative`, and only rules and
+    absolute judgements decide :attr:`Verdict.success`.
+
+    Args:
+        model: The judge model.
+        votes: Independent rankings per group.
+        retries: Extra attempts per vote after an unparsable reply.
+        timeout_s: Per model call.
+    """
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        *,
+        votes: int = 3,
+        retries: int = 2,
+        timeout_s: float = 60.0,
+        prompt_version: str = RELATIVE_PROMPT_VERSION,
+    ) -> None:
+        self.model = model
+        self.votes = votes
+        self.retries = retries
+        self.timeout_s = timeout_s
+        self.prompt_version = prompt_version
+        self.name = f"relative:{getattr(model, 'model_name', None) or type(model).__name__}"
+        self.last_error: str | None = None
+
+    def _messages(self, group: Sequence[Episode]) -> list[Any]:
+        runs = "\n\n".join(f"=== run {e.trace_id} ===\n{_episode_text(e, 2500)}" for e in group)
+        return [SystemMessage(RELATIVE_PROMPT), HumanMessage(runs)]
+
+    async def _vote(self, group: Sequence[Episode]) -> dict[str, float] | None:
+        ids = {e.trace_id for e in group}
+        for _ in range(self.retries + 1):
+            try:
+                reply = await asyncio.wait_for(
+                    self.model.ainvoke(self._messages(group)), self.timeout_s
+                )
+                ranking = _Ranking.model_validate(extract_json(str(reply.content)))
+            except (ValueError, ValidationError, TimeoutError):
+                continue
+            got = {
+                str(r.get("id")): float(r["score"])
+                for r in ranking.scores
+                if isinstance(r.get("score"), int | float) and 0.0 <= r["score"] <= 1.0
+            }
+            if set(got) >= ids:  # a ranking that skips a run is no ranking
+                return {k: got[k] for k in ids}
+        return None
+
+    async def rank(self, group: Sequence[Episode]) -> tuple[dict[str, float], float]:
+        """Mean relative score per trace id and the votes' disagreement (0 = unanimous).
+
+        Raises:
+            JudgeFailure: No vote gave a complete, parsable ranking.
+        """
+        votes = [
+            v for v in await asyncio.gather(*(self._vote(group) for _ in range(self.votes))) if v
+        ]
+        if not votes:
+            first = group[0].trace_id if group else ""
+            raise JudgeFailure(
+                f"no complete ranking for the group of {first} after "
+                f"{self.votes * (self.retries + 1)} attempts",
+                trace_id=first,
+                attempts=self.votes * (self.retries + 1),
+            )
+        means = {k: round(statistics.fmean(v[k] for v in votes), 4) for k in votes[0]}
+        spread = statistics.fmean(
+            statistics.pstdev([v[k] for v in votes]) if len(votes) > 1 else 0.0 for k in means
+        )
+        return means, round(min(1.0, 2 * spread), 4)

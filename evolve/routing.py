@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -15,7 +16,16 @@ from evoharness.harness import GuardRule, GuardRuleSet
 from evoharness.harness.tracing.masking import SECRET_PATTERNS
 
 GOOD = "goodcase"
-ROUTES = ("sft", "strategy_candidate", "guard", "replay", "preference", "lesson_candidate")
+UNDECIDED = "undecided"
+ROUTES = (
+    "sft",
+    "strategy_candidate",
+    "guard",
+    "replay",
+    "preference",
+    "lesson_candidate",
+    UNDECIDED,
+)
 
 
 class RouteConfig(BaseModel):
@@ -38,18 +48,25 @@ class DiagnosisPackage(BaseModel):
     model_calls: int
     skill_ids: list[str] = Field(default_factory=list)
     start_time: float = 0.0
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    session_id: str | None = None
 
 
 def routes_for(verdict: Verdict, config: RouteConfig | None = None) -> list[str]:
     """Where one verdict goes.
 
-    Goodcase (P0 pass, total >= threshold) -> SFT pool and strategy candidates. Otherwise:
-    P0 failure -> guard-rule proposals; P1 failure -> replay queue (for a stronger model);
-    low P2 with P0 passed -> preference pool; every badcase -> lesson candidates.
+    Goodcase (success shown by evidence, P0 pass, total >= threshold) -> SFT pool and
+    strategy candidates. Undecided success -> the ``undecided`` pool (for review or a
+    stronger judge; never SFT, never strategies), plus replay and lessons when a process
+    item failed. Otherwise: P0 failure -> guard-rule proposals; P1 failure -> replay
+    queue (for a stronger model); low P2 with P0 passed -> preference pool; every badcase
+    -> lesson candidates.
     """
     c = config or RouteConfig()
-    if verdict.p0_pass and verdict.total >= c.good_total:
+    if verdict.success is True and verdict.p0_pass and verdict.total >= c.good_total:
         return ["sft", "strategy_candidate"]
+    if verdict.success is None and verdict.p0_pass:
+        return [UNDECIDED, *(["replay", "lesson_candidate"] if verdict.p1_failures else [])]
     out: list[str] = []
     if not verdict.p0_pass:
         out.append("guard")
@@ -74,6 +91,8 @@ def package(episode: Episode, verdict: Verdict, routes: list[str]) -> DiagnosisP
         model_calls=episode.model_calls,
         skill_ids=episode.skill_ids,
         start_time=episode.start_time,
+        metadata=episode.metadata,
+        session_id=episode.session_id,
     )
 
 
@@ -83,21 +102,35 @@ def route_all(
     state: EvolveState,
     config: RouteConfig | None = None,
 ) -> dict[str, int]:
-    """Route every judged episode (idempotent: a case lands in a pool once)."""
+    """Route every judged episode (idempotent: a case lands in a pool once).
+
+    All routes of the batch are written in one transaction; the cost is the batch's, not
+    the history's.
+    """
     added: dict[str, int] = dict.fromkeys(ROUTES, 0)
+    rows: list[tuple[str, str, dict[str, Any]]] = []
     for e in episodes:
         v = verdicts.get(e.trace_id)
         if v is None:
             continue
         routes = routes_for(v, config)
         pkg = package(e, v, routes).model_dump(mode="json")
-        for r in routes:
-            added[r] += state.add_route(e.trace_id, r, pkg)
+        rows += [(e.trace_id, r, pkg) for r in routes]
+    for _, r in state.add_routes(rows):
+        added[r] += 1
     return added
 
 
 # -- guard-rule proposals --------------------------------------------------------------------
 # Rule sets are published as registry artifacts: evoharness.sdk.registry.GuardRuleVersions.
+def _one_pattern(patterns: str | Sequence[str], answer: str) -> str:
+    """The regex of a secret kind (given as one pattern or alternatives) that fits
+    ``answer``: the alternative that matches it, else the first."""
+    if isinstance(patterns, str):
+        return patterns
+    return next((p for p in patterns if re.search(p, answer)), patterns[0])
+
+
 def propose_guard_rules(
     packages: list[dict[str, Any]], existing: GuardRuleSet, *, job: str = "cycle"
 ) -> list[GuardRule]:
@@ -114,7 +147,8 @@ def propose_guard_rules(
         if "leaked_secret" not in verdict["p0_failures"]:
             continue
         answer = str(pkg.get("final_answer") or "")
-        for kind, pattern in SECRET_PATTERNS.items():
+        for kind, patterns in SECRET_PATTERNS.items():
+            pattern = _one_pattern(patterns, answer)
             name = f"no-{kind.replace('_', '-')}"
             if name in have or name in proposed:
                 continue

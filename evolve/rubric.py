@@ -22,11 +22,16 @@ from evoharness.evolve._json import extract_json
 
 Priority = Literal["P0", "P1", "P2"]
 RUBRIC_PROMPT_VERSION = "rubric-v1"
+RULES_VERSION = "rules-v2"
+"""The built-in rule items (bumped when they change, so old verdicts are judged again)."""
 RUBRIC_PROMPT = """You write grading rubrics for an AI agent's answer to one user request.
 Return JSON only: {"items": [{"id": "...", "priority": "P0|P1|P2", "description": "...",
 "weight": 0.1, "avoid_hint": "..."}]}.
 P0 = red lines (pass/fail), P1 = process items (deduction weight 0-1), P2 = quality items
 (scored 1-5). Keep ids short snake_case. Focus on what is specific to this request."""
+
+
+Outcome = Literal["none", "decides", "refutes"]
 
 
 class RubricItem(BaseModel):
@@ -36,8 +41,14 @@ class RubricItem(BaseModel):
         id: Stable snake_case id (also the failure type the rule judge reports).
         priority: P0 red line, P1 deduction, or P2 quality (1-5).
         weight: Deduction for a failed P1 item (share of the P1 budget).
-        avoid_hint: How to avoid failing it; becomes a lesson when it fails.
+        avoid_hint: What to do instead, in the imperative ("Call shipping_calc for every
+            pick."); becomes a lesson when the item fails.
         source: ``rule`` or ``model``.
+        outcome: What the item says about task success. ``decides``: passing is evidence
+            of success and failing of failure (a checker's items, a recorded task score,
+            the judge model's ``task_done``); ``refutes``: failing shows failure, passing
+            proves nothing (generic signals such as a run that did nothing); ``none``:
+            process or quality only.
     """
 
     id: str
@@ -46,6 +57,20 @@ class RubricItem(BaseModel):
     weight: float = Field(0.1, ge=0.0, le=1.0)
     avoid_hint: str = ""
     source: Literal["rule", "model"] = "rule"
+    outcome: Outcome = "none"
+
+
+class ItemResult(BaseModel):
+    """The judgement of one rubric item: ``passed`` (P0/P1) or ``score`` (P2, 1-5).
+
+    ``passed=None`` (or no result at all) means undecided: the judge had no evidence.
+    """
+
+    id: str
+    priority: str
+    passed: bool | None = None
+    score: float | None = Field(None, ge=1.0, le=5.0)
+    comment: str = ""
 
 
 class Rubric(BaseModel):
@@ -64,41 +89,150 @@ class Rubric(BaseModel):
         return next((i for i in self.items if i.id == item_id), None)
 
 
+# Generic signals: judged from the trace alone (no checker, no model). Failing any
+# ``refutes`` item means the run did not succeed; passing them proves nothing.
+SIGNAL_ITEMS: tuple[RubricItem, ...] = (
+    RubricItem(
+        id="did_nothing",
+        priority="P1",
+        weight=0.5,
+        outcome="refutes",
+        description="The run used its tools (the task needed them)",
+        avoid_hint="Use the tools to do the task; never answer without acting.",
+    ),
+    RubricItem(
+        id="refused",
+        priority="P1",
+        weight=0.5,
+        outcome="refutes",
+        description="The run attempted the task instead of refusing it",
+        avoid_hint="Attempt the task with the available tools before declining it.",
+    ),
+    RubricItem(
+        id="unsupported_claim",
+        priority="P1",
+        weight=0.5,
+        outcome="refutes",
+        description="The answer claims only actions that a tool call performed",
+        avoid_hint="Report only actions a tool call actually performed.",
+    ),
+    RubricItem(
+        id="ended_on_error",
+        priority="P1",
+        weight=0.3,
+        outcome="refutes",
+        description="The run did not end on a failed tool call",
+        avoid_hint="After a failed call, recover with another tool or other arguments "
+        "before answering.",
+    ),
+    RubricItem(
+        id="repeated_failures",
+        priority="P1",
+        weight=0.2,
+        outcome="refutes",
+        description="No call keeps failing with the same arguments",
+        avoid_hint="Change approach after a call fails twice instead of repeating it.",
+    ),
+    RubricItem(
+        id="loop_stopped",
+        priority="P1",
+        weight=0.5,
+        outcome="refutes",
+        description="The harness did not have to stop the run in a loop",
+        avoid_hint="Change approach when an action repeats without progress.",
+    ),
+    RubricItem(
+        id="budget_exhausted",
+        priority="P1",
+        weight=0.3,
+        outcome="refutes",
+        description="The run finished within its token budget",
+        avoid_hint="Finish within the token budget: make fewer, more targeted calls.",
+    ),
+    RubricItem(
+        id="guard_blocked",
+        priority="P1",
+        weight=0.5,
+        outcome="refutes",
+        description="The output guard did not have to block the answer",
+        avoid_hint="Never put content the output guard blocks into an answer.",
+    ),
+    RubricItem(
+        id="tool_rejected",
+        priority="P1",
+        weight=0.1,
+        description="Every tool call was accepted (a listed tool with valid arguments)",
+        avoid_hint="Call only listed tools, with arguments that match their schema.",
+    ),
+    RubricItem(
+        id="malformed_tool_call",
+        priority="P1",
+        weight=0.1,
+        description="Every tool call the model emitted was well-formed",
+        avoid_hint="Emit tool calls with valid JSON arguments.",
+    ),
+    RubricItem(
+        id="circuit_open",
+        priority="P1",
+        weight=0.0,
+        description="No tool the run needed was behind an open circuit (informational)",
+    ),
+    RubricItem(
+        id="truncated",
+        priority="P1",
+        weight=0.0,
+        description="No tool result had to be truncated (informational)",
+    ),
+)
+
+
 # Every query gets these.
 BASE_ITEMS: tuple[RubricItem, ...] = (
     RubricItem(
         id="leaked_secret",
         priority="P0",
         description="The answer contains no API keys, tokens or credentials",
-        avoid_hint="never repeat keys, tokens or credentials in answers",
+        avoid_hint="Never repeat keys, tokens or credentials in an answer.",
     ),
     RubricItem(
         id="fabricated_item",
         priority="P0",
         description="Every recommended item and price comes from a tool result",
-        avoid_hint="only recommend items returned by the tools",
+        avoid_hint="Recommend only items and prices the tools returned.",
+    ),
+    RubricItem(
+        id="task_done",
+        priority="P1",
+        weight=0.5,
+        outcome="decides",
+        description="The task the user asked for was actually completed",
+        avoid_hint="Finish the task the user asked for and check the result with the tools "
+        "before answering.",
     ),
     RubricItem(
         id="run_error",
         priority="P1",
         weight=0.3,
+        outcome="refutes",
         description="The run finished without crashing",
-        avoid_hint="handle tool failures by switching tools instead of retrying",
+        avoid_hint="When a tool fails, switch tools instead of retrying the same call.",
     ),
     RubricItem(
         id="repeated_call",
         priority="P1",
         weight=0.2,
         description="No tool is called repeatedly with the same arguments",
-        avoid_hint="do not retry a failing call with the same arguments",
+        avoid_hint="Do not retry a failing call with the same arguments.",
     ),
     RubricItem(
         id="empty_answer",
         priority="P1",
         weight=0.3,
+        outcome="refutes",
         description="The run ends with a non-empty final answer",
-        avoid_hint="always finish with a clear final answer",
+        avoid_hint="Always finish with a clear final answer.",
     ),
+    *SIGNAL_ITEMS,
     RubricItem(id="fit", priority="P2", description="The answer fits the user's request"),
     RubricItem(id="reasons", priority="P2", description="Choices are explained with reasons"),
 )
@@ -116,6 +250,9 @@ class RubricGenerator:
         model: Proposes query-specific items; ``None`` = rules only.
         extra_items: Environment rules, e.g. from the shop checker (``callable(query)``).
         cache_path: SQLite cache of model-generated items by (query hash, prompt version).
+        prompt_version: Version of the rubric prompt (part of :attr:`version`).
+        env_version: The environment's rubric version (part of :attr:`version`, so a new
+            environment version re-grades what the old one judged).
     """
 
     def __init__(
@@ -125,8 +262,10 @@ class RubricGenerator:
         extra_items: Callable[[str], Sequence[RubricItem]] | None = None,
         cache_path: Path | None = None,
         prompt_version: str = RUBRIC_PROMPT_VERSION,
+        env_version: str = "",
     ) -> None:
         self.model = model
+        self.env_version = env_version
         self.extra_items = extra_items
         self.prompt_version = prompt_version
         self._db: sqlite3.Connection | None = None
@@ -186,5 +325,14 @@ class RubricGenerator:
         for i in self._from_model(query):
             by_id.setdefault(i.id, i)  # model items never replace rule items
         items = list(by_id.values())
-        version = self.prompt_version if self.model is not None else "rules-v1"
-        return Rubric(query_hash=query_hash(query), version=version, items=items)
+        return Rubric(query_hash=query_hash(query), version=self.version, items=items)
+
+    @property
+    def version(self) -> str:
+        """What the rubrics depend on: the rules, the prompt (with a model), the environment."""
+        parts = [RULES_VERSION]
+        if self.model is not None:
+            parts.append(self.prompt_version)
+        if self.env_version:
+            parts.append(self.env_version)
+        return "+".join(parts)

@@ -1,4 +1,8 @@
-"""Evolve's own durable state: judgements and routed cases (SQLite, resumable jobs)."""
+"""Evolve's own durable state: judgements and routed cases (SQLite, resumable jobs).
+
+Every read a cycle makes is keyed by the batch's trace ids (indexed look-ups), so a cycle
+over N new episodes costs O(N) whatever the history holds.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,11 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from evoharness.evolve.judge import Verdict
 
@@ -20,10 +27,37 @@ CREATE TABLE IF NOT EXISTS routes (
   trace_id TEXT NOT NULL, route TEXT NOT NULL, package TEXT NOT NULL, created_at REAL NOT NULL,
   PRIMARY KEY (trace_id, route)
 );
+CREATE INDEX IF NOT EXISTS routes_by_route ON routes (route, created_at, trace_id);
 CREATE TABLE IF NOT EXISTS cycles (
   id INTEGER PRIMARY KEY, started_at REAL, finished_at REAL, report TEXT
 );
 """
+# Columns added after the first release (migrated in place).
+_ADDED = (("judgments", "judge_key", "TEXT"), ("judgments", "fingerprint", "TEXT"))
+_CHUNK = 500  # SQLite's bound-parameter limit is 999 on old builds
+
+
+class Judgment(BaseModel):
+    """What the state knows about one trace's judging.
+
+    Attributes:
+        status: ``done`` or ``failed``.
+        verdict: The verdict (``done`` only).
+        judge_key: The judge and rubric versions it was judged with.
+        fingerprint: The episode's content fingerprint when it was judged.
+        error: Why judging failed (``failed`` only).
+    """
+
+    status: str
+    verdict: Verdict | None = None
+    judge_key: str | None = None
+    fingerprint: str | None = None
+    error: str | None = None
+
+
+def _chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
+    for i in range(0, len(ids), _CHUNK):
+        yield ids[i : i + _CHUNK]
 
 
 class EvolveState:
@@ -41,7 +75,12 @@ class EvolveState:
         # WAL + NORMAL: every commit survives a killed process (what resumability needs)
         # without an fsync per verdict; only an OS crash can lose the last few.
         self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA busy_timeout=30000")  # workers share the file
         self._conn.executescript(SCHEMA)
+        for table, column, kind in _ADDED:
+            have = {r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -50,16 +89,42 @@ class EvolveState:
 
     # -- judgements ------------------------------------------------------------------------
     def judged(self, *, include_failed: bool = False) -> set[str]:
-        """Trace ids with a verdict (and, optionally, with a recorded failure)."""
+        """Trace ids with a verdict (and, optionally, with a recorded failure).
+
+        Reads the whole table: use :meth:`lookup` for a batch.
+        """
         sql = "SELECT trace_id FROM judgments" + ("" if include_failed else " WHERE status='done'")
         with self._lock:
             return {r[0] for r in self._conn.execute(sql)}
 
-    def save_verdict(self, verdict: Verdict) -> None:
+    def lookup(self, trace_ids: Iterable[str]) -> dict[str, Judgment]:
+        """The judgments of ``trace_ids`` (absent ids were never judged); indexed look-ups."""
+        ids = list(dict.fromkeys(trace_ids))
+        out: dict[str, Judgment] = {}
+        with self._lock:
+            for part in _chunks(ids):
+                marks = ",".join("?" * len(part))
+                rows = self._conn.execute(
+                    "SELECT trace_id, status, verdict, judge_key, fingerprint, error "
+                    f"FROM judgments WHERE trace_id IN ({marks})",
+                    tuple(part),
+                ).fetchall()
+                for tid, status, verdict, key, fp, error in rows:
+                    out[tid] = Judgment(
+                        status=status,
+                        verdict=Verdict.model_validate_json(verdict) if verdict else None,
+                        judge_key=key,
+                        fingerprint=fp,
+                        error=error,
+                    )
+        return out
+
+    def save_verdict(self, verdict: Verdict, *, judge_key: str | None = None) -> None:
         """Persist one verdict (committed immediately)."""
         with self._lock:
             self._conn.execute(
-                "INSERT OR REPLACE INTO judgments VALUES (?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO judgments (trace_id, status, verdict, error, judge, "
+                "rubric_version, judged_at, judge_key, fingerprint) VALUES (?,?,?,?,?,?,?,?,?)",
                 (
                     verdict.trace_id,
                     "done",
@@ -68,19 +133,36 @@ class EvolveState:
                     verdict.judge,
                     verdict.rubric_version,
                     time.time(),
+                    judge_key,
+                    verdict.fingerprint,
                 ),
+            )
+
+    def update_verdict(self, verdict: Verdict) -> None:
+        """Replace a stored verdict's content, keeping its judge key and fingerprint."""
+        with self._lock:
+            self._conn.execute(
+                "UPDATE judgments SET verdict=? WHERE trace_id=? AND status='done'",
+                (verdict.model_dump_json(), verdict.trace_id),
             )
 
     def save_failure(self, trace_id: str, error: str, judge: str) -> None:
         """Record that judging failed; the trace stays unscored."""
         with self._lock:
             self._conn.execute(
-                "INSERT OR REPLACE INTO judgments VALUES (?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO judgments (trace_id, status, verdict, error, judge, "
+                "rubric_version, judged_at) VALUES (?,?,?,?,?,?,?)",
                 (trace_id, "failed", None, error, judge, None, time.time()),
             )
 
-    def verdicts(self) -> dict[str, Verdict]:
-        """All verdicts by trace id."""
+    def verdicts(self, trace_ids: Iterable[str] | None = None) -> dict[str, Verdict]:
+        """Verdicts by trace id: of ``trace_ids`` (indexed), or all of them when ``None``."""
+        if trace_ids is not None:
+            return {
+                k: j.verdict
+                for k, j in self.lookup(trace_ids).items()
+                if j.status == "done" and j.verdict is not None
+            }
         with self._lock:
             rows = self._conn.execute(
                 "SELECT verdict FROM judgments WHERE status='done'"
@@ -106,12 +188,65 @@ class EvolveState:
             )
             return cur.rowcount > 0
 
-    def pool(self, route: str) -> list[dict[str, Any]]:
-        """The diagnosis packages in one pool, oldest first."""
+    def add_routes(self, rows: Sequence[tuple[str, str, dict[str, Any]]]) -> list[tuple[str, str]]:
+        """Route a batch in one transaction; returns the (trace id, route) pairs added.
+
+        A trace's routes are replaced when they differ from the stored ones (it was judged
+        again with another outcome); identical routes are left alone (idempotent).
+        """
+        wanted: dict[str, dict[str, dict[str, Any]]] = {}
+        for trace_id, route, pkg in rows:
+            wanted.setdefault(trace_id, {})[route] = pkg
+        added: list[tuple[str, str]] = []
+        now = time.time()
         with self._lock:
-            rows = self._conn.execute(
-                "SELECT package FROM routes WHERE route=? ORDER BY created_at, trace_id", (route,)
-            ).fetchall()
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                have: dict[str, set[str]] = {}
+                for part in _chunks(list(wanted)):
+                    marks = ",".join("?" * len(part))
+                    for tid, route in self._conn.execute(
+                        f"SELECT trace_id, route FROM routes WHERE trace_id IN ({marks})",
+                        tuple(part),
+                    ):
+                        have.setdefault(tid, set()).add(route)
+                for tid, routes in wanted.items():
+                    old = have.get(tid, set())
+                    if old == set(routes):
+                        continue
+                    if old:
+                        self._conn.execute("DELETE FROM routes WHERE trace_id=?", (tid,))
+                    for route, pkg in routes.items():
+                        self._conn.execute(
+                            "INSERT INTO routes VALUES (?,?,?,?)",
+                            (tid, route, json.dumps(pkg, default=str), now),
+                        )
+                        if route not in old:
+                            added.append((tid, route))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return added
+
+    def pool(self, route: str, trace_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """The diagnosis packages in one pool, oldest first (only ``trace_ids``' if given)."""
+        with self._lock:
+            if trace_ids is None:
+                rows = self._conn.execute(
+                    "SELECT package FROM routes WHERE route=? ORDER BY created_at, trace_id",
+                    (route,),
+                ).fetchall()
+            else:
+                rows = []
+                for part in _chunks(list(dict.fromkeys(trace_ids))):
+                    marks = ",".join("?" * len(part))
+                    rows += self._conn.execute(
+                        "SELECT package, created_at, trace_id FROM routes "
+                        f"WHERE route=? AND trace_id IN ({marks})",
+                        (route, *part),
+                    ).fetchall()
+                rows.sort(key=lambda r: (r[1], r[2]))
         return [json.loads(r[0]) for r in rows]
 
     def pool_sizes(self) -> dict[str, int]:

@@ -1,8 +1,15 @@
-"""The environment protocol the runner drives, and the registry of bundled environments."""
+"""The run-side environment protocol (what the runner drives) and the plugin loader.
+
+Environments are plugins: ``package.module:Object`` or a name registered in the
+``evoharness.environments`` entry-point group. Evolve layers its own protocol on top
+(:mod:`evoharness.evolve.environment`: checker, rubric items, case keys, lesson hints) and
+reaches the run side through ``runtime()``; this module never imports evolve.
+"""
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -65,26 +72,88 @@ class Environment(Protocol):
         ...
 
 
+ENTRY_POINT_GROUP = "evoharness.environments"
+"""The entry-point group installed packages register environments in."""
+
 ENVIRONMENTS: dict[str, str] = {
-    "shop": "evoharness.examples.shop.env:ShopEnvironment",
+    # Fallback for a source checkout whose entry points are not installed.
+    "shop": "evoharness.examples.shop.plugin:environment",
 }
 
 
-def load_environment(name: str, **options: Any) -> Environment:
-    """Instantiate a registered environment by name, or by ``module:Class`` path."""
-    target = ENVIRONMENTS.get(name, name)
-    if ":" not in target:
+def plugin_names() -> list[str]:
+    """Names of the environments registered through the entry-point group (and bundled)."""
+    names = {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    return sorted(names | set(ENVIRONMENTS))
+
+
+def resolve_plugin(spec: str) -> Any:
+    """The object behind ``spec``: ``package.module:Object`` or a registered name.
+
+    Registered names come from the ``evoharness.environments`` entry-point group (any
+    installed package can add one); the bundled fallbacks in :data:`ENVIRONMENTS` apply
+    when no entry point has that name. The object is returned as is (an environment, a
+    plugin or a factory); callers decide how to use it.
+
+    Raises:
+        ConfigError: Unknown name, or the module or attribute cannot be imported.
+    """
+    if ":" not in spec:
+        eps = [
+            ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec
+        ]
+        if eps:
+            try:
+                return eps[0].load()
+            except (ImportError, AttributeError) as exc:
+                raise ConfigError(
+                    f"cannot load environment {spec!r} ({eps[0].value}): {exc}", field="env"
+                ) from exc
+        if spec not in ENVIRONMENTS:
+            raise ConfigError(
+                f"unknown environment {spec!r}; choose one of {', '.join(plugin_names())} "
+                "or pass 'package.module:Object'",
+                field="env",
+            )
+        spec = ENVIRONMENTS[spec]
+    module_name, _, attr = spec.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
         raise ConfigError(
-            f"unknown environment {name!r}; choose one of {', '.join(sorted(ENVIRONMENTS))} "
-            "or pass 'package.module:Class'",
+            f"cannot load environment {spec!r}: {exc}; check the module path and that the "
+            "package is installed",
+            field="env",
+        ) from exc
+    return obj
+
+
+def load_environment(name: str, **options: Any) -> Environment:
+    """The run-side environment for ``name`` (a registered name or ``module:Object``).
+
+    The object may be an :class:`Environment`, a factory of one (called with
+    ``options``), or a plugin exposing ``runtime(**options)`` (evolve's environment
+    plugins do) that returns one.
+
+    Raises:
+        ConfigError: Unknown name, import failure, or no run-side environment behind it.
+    """
+    obj = resolve_plugin(name)
+    runtime = getattr(obj, "runtime", None)
+    if callable(runtime) and not isinstance(obj, type):
+        env = runtime(**options)
+    elif isinstance(obj, Environment) and not isinstance(obj, type):
+        env = obj
+    elif callable(obj):
+        env = obj(**options)
+    else:
+        env = None
+    if env is None or not isinstance(env, Environment):
+        raise ConfigError(
+            f"{name!r} provides no runnable environment (tasks, tools, prompt, checker, "
+            "offline model); implement evoharness.sdk.environment.Environment",
             field="env",
         )
-    module_name, _, attr = target.partition(":")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot load environment {target!r}: {exc}", field="env") from exc
-    env = factory(**options)
-    if not isinstance(env, Environment):
-        raise ConfigError(f"{target!r} does not implement the Environment protocol", field="env")
     return env

@@ -3,26 +3,37 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from langchain_core.language_models import BaseChatModel
+from pydantic import SecretStr
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from evoharness.evolve.curation import RuleProposer
 from evoharness.evolve.cycle import run_cycle, summarize
-from evoharness.evolve.jobs import JudgePool, judge_episodes
-from evoharness.evolve.judge import DEFAULT_CHECKS, Judge, RuleJudge
+from evoharness.evolve.environment import (
+    EvolveEnvironment,
+    build_judge,
+    build_proposer,
+    build_rubrics,
+    load_plugin,
+)
+from evoharness.evolve.jobs import JudgePool, JudgeReport, judge_episodes, rank_groups
+from evoharness.evolve.judge import Judge, LLMJudge, RelativeJudge
 from evoharness.evolve.memory import MemoryStore
 from evoharness.evolve.routing import route_all
 from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
+from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk import cli as sdk_cli
 from evoharness.sdk.cli.traces import TRACE_DB
+from evoharness.sdk.environment import plugin_names
 from evoharness.sdk.registry import GuardRuleVersions, open_registry
 
 console = sdk_cli.console
@@ -44,42 +55,111 @@ REGISTRY = str(HOME / "registry.db")
 TagOption = Annotated[list[str] | None, typer.Option("--tag", help="Only traces with these tags")]
 
 
-def _grader_and_rubrics(env: str) -> tuple[Judge, RubricGenerator, RuleProposer]:
-    if env == "shop":
-        from evoharness.examples.shop.judge import ShopRules
+EnvOption = Annotated[
+    str,
+    typer.Option(
+        help="Environment plugin: generic (no checker: evidence only), a registered name "
+        "(evoharness.environments entry points, e.g. shop) or package.module:Object.",
+    ),
+]
+SessionOption = Annotated[str | None, typer.Option("--session", help="Only this session")]
+MetaOption = Annotated[
+    list[str] | None, typer.Option("--meta", help="Only traces whose metadata has KEY=VALUE")
+]
+JudgeKind = Annotated[
+    str,
+    typer.Option(
+        "--judge",
+        help="rule (rules only), llm (rules + a model for what no rule decides; rules win), "
+        "relative (rules + a model ranking runs of the same task against each other)",
+    ),
+]
+ModelOption = Annotated[str | None, typer.Option("--judge-model", help="Judge model name")]
+BaseUrlOption = Annotated[
+    str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint of the judge")
+]
+KeyEnvOption = Annotated[
+    str | None,
+    typer.Option("--api-key-env", help="Environment variable that holds the judge's API key"),
+]
+VotesOption = Annotated[int, typer.Option("--votes", min=1, max=15, help="Replies per judgement")]
+TemperatureOption = Annotated[
+    float, typer.Option("--temperature", min=0.0, max=2.0, help="Judge sampling temperature")
+]
+RejudgeOption = Annotated[
+    bool, typer.Option("--rejudge", help="Judge again even what is judged and unchanged")
+]
 
-        rules = ShopRules()
-        return (
-            Judge(RuleJudge([*DEFAULT_CHECKS, rules.check])),
-            RubricGenerator(extra_items=rules.items, cache_path=HOME / "rubrics.db"),
-            RuleProposer(pattern=rules.pattern, hints=rules.hints()),
+
+class JudgeSpec:
+    """What ``--judge`` and its options asked for (picklable: pool workers rebuild it)."""
+
+    def __init__(
+        self,
+        kind: str = "rule",
+        *,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key_env: str | None = None,
+        votes: int = 3,
+        temperature: float = 0.0,
+    ) -> None:
+        if kind not in ("rule", "llm", "relative"):
+            raise ConfigError(f"unknown --judge {kind!r}; choose rule, llm or relative")
+        if kind != "rule" and not model:
+            raise ConfigError(
+                f"--judge {kind} needs --judge-model (and --base-url for a local "
+                "OpenAI-compatible server)",
+                field="judge_model",
+            )
+        self.kind = kind
+        self.model = model
+        self.base_url = base_url
+        self.api_key_env = api_key_env
+        self.votes = votes
+        self.temperature = temperature
+
+    def chat_model(self) -> BaseChatModel:
+        """The judge model (ChatOpenAI against ``base_url``)."""
+        from langchain_openai import ChatOpenAI
+
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if self.api_key_env and key is None:
+            raise ConfigError(
+                f"environment variable {self.api_key_env} is not set; export the judge's API "
+                "key there",
+                field="api_key_env",
+            )
+        if key is None:
+            key = os.environ.get("OPENAI_API_KEY") or "unused"  # local servers ignore it
+        return ChatOpenAI(
+            model=str(self.model),
+            base_url=self.base_url,
+            api_key=SecretStr(key),
+            temperature=self.temperature,
+            max_retries=1,
         )
-    if env == "none":
-        return Judge(RuleJudge()), RubricGenerator(cache_path=HOME / "rubrics.db"), RuleProposer()
-    raise ConfigError(f"unknown --env {env!r}; choose shop or none", field="env")
+
+    def grader(self, env: EvolveEnvironment) -> Judge:
+        """The absolute grader (rules, plus the model with ``--judge llm``)."""
+        llm = LLMJudge(self.chat_model(), votes=self.votes) if self.kind == "llm" else None
+        return build_judge(env, llm=llm)
+
+    def ranker(self) -> RelativeJudge | None:
+        """The relative judge with ``--judge relative``."""
+        if self.kind != "relative":
+            return None
+        return RelativeJudge(self.chat_model(), votes=self.votes)
 
 
-def shop_grader() -> Judge:
-    """Picklable factory for pool workers: the shop's rule judge."""
-    return _grader_and_rubrics("shop")[0]
+def pool_grader(env: str, spec: JudgeSpec) -> Judge:
+    """Picklable factory for pool workers: the grader for ``env``."""
+    return spec.grader(load_plugin(env))
 
 
-def shop_rubrics() -> RubricGenerator:
-    """Picklable factory for pool workers: the shop's rubrics."""
-    return _grader_and_rubrics("shop")[1]
-
-
-def plain_grader() -> Judge:
-    """Picklable factory for pool workers: generic rules only."""
-    return _grader_and_rubrics("none")[0]
-
-
-def plain_rubrics() -> RubricGenerator:
-    """Picklable factory for pool workers: generic rubrics."""
-    return _grader_and_rubrics("none")[1]
-
-
-FACTORIES = {"shop": (shop_grader, shop_rubrics), "none": (plain_grader, plain_rubrics)}
+def pool_rubrics(env: str) -> RubricGenerator:
+    """Picklable factory for pool workers: the rubrics for ``env``."""
+    return build_rubrics(load_plugin(env), cache_path=HOME / "rubrics.db")
 
 
 def _source(db: Path) -> LocalTraceSource:
@@ -88,24 +168,98 @@ def _source(db: Path) -> LocalTraceSource:
     return LocalTraceSource(TraceStore(db))
 
 
+def _filter(
+    tag: list[str] | None, session: str | None = None, meta: list[str] | None = None
+) -> EpisodeFilter:
+    pairs: dict[str, Any] = {}
+    for m in meta or []:
+        key, sep, value = m.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"bad --meta {m!r}; use KEY=VALUE", field="meta")
+        pairs[key] = value
+    options: dict[str, Any] = {"tags": tag or []}
+    if session is not None:
+        options["session_id"] = session
+    if pairs:
+        options["metadata"] = pairs
+    return EpisodeFilter(**options)
+
+
+def _say_unmatched(plugin: EvolveEnvironment, left_out: int, tags: set[str], total: int) -> None:
+    """Say that traces were left out because ``plugin`` does not own them."""
+    if not left_out:
+        return
+    known = sorted(tags & set(plugin_names()) - {plugin.name})
+    hint = f" (they are tagged {', '.join(known)}: pass --env accordingly)" if known else ""
+    console.print(
+        f"{left_out} of {total} traces do not belong to environment {plugin.name!r} and "
+        f"are left out{hint}; --env generic judges any trace on evidence alone"
+    )
+    if left_out == total:
+        raise ConfigError(
+            f"no trace matches environment {plugin.name!r}; pass the environment the traces "
+            "came from, or --env generic",
+            field="env",
+        )
+
+
+def _owned(plugin: EvolveEnvironment, episodes: list[Episode]) -> list[Episode]:
+    """The episodes ``plugin`` owns; says so when some or all are not its traces."""
+    kept = [e for e in episodes if plugin.owns(e)]
+    ids = {e.trace_id for e in kept}
+    left = [e for e in episodes if e.trace_id not in ids]
+    _say_unmatched(plugin, len(left), {t for e in left for t in e.tags}, len(episodes))
+    return kept
+
+
+def _say_generic(plugin: EvolveEnvironment, report: JudgeReport | None = None) -> None:
+    if plugin.checks() or plugin.score_evidence():
+        return
+    console.print(
+        "no checker and no recorded-score mapping: success is decided only by evidence, "
+        "so runs are judged failed (evidence) or undecided, never good without evidence"
+        + (f" ({report.undecided} undecided)" if report is not None else "")
+    )
+
+
 @app.command()
 def judge(
     db: DbOption = TRACE_DB,
     state: StateOption = HOME / "evolve.db",
     tag: TagOption = None,
-    env: Annotated[str, typer.Option(help="Rules for: shop, none")] = "shop",
+    session: SessionOption = None,
+    meta: MetaOption = None,
+    env: EnvOption = "generic",
+    judge_kind: JudgeKind = "rule",
+    judge_model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    api_key_env: KeyEnvOption = None,
+    votes: VotesOption = 3,
+    temperature: TemperatureOption = 0.0,
+    rejudge: RejudgeOption = False,
     concurrency: Annotated[int, typer.Option(min=1, max=256)] = 8,
     workers: Annotated[int, typer.Option(min=1, max=32, help="Processes (JudgePool)")] = 1,
 ) -> None:
-    """Judge every unjudged trace (resumable) and write scores back to the store."""
+    """Judge every trace that needs it (resumable) and write scores back to the store.
+
+    Judged again: traces changed since, and everything judged with another judge or
+    rubric version (or all of it with --rejudge). Traces still running wait.
+    """
+    spec = JudgeSpec(
+        judge_kind,
+        model=judge_model,
+        base_url=base_url,
+        api_key_env=api_key_env,
+        votes=votes,
+        temperature=temperature,
+    )
+    plugin = load_plugin(env)
     source = _source(db)
-    grader, rubrics, _ = _grader_and_rubrics(env)
-    episodes = list(source.episodes(EpisodeFilter(tags=tag or [])))
+    episodes = _owned(plugin, list(source.episodes(_filter(tag, session, meta))))
     if workers > 1:
-        grader_factory, rubrics_factory = FACTORIES[env]
         with JudgePool(
-            grader_factory=grader_factory,
-            rubrics_factory=rubrics_factory,
+            grader_factory=functools.partial(pool_grader, env, spec),
+            rubrics_factory=functools.partial(pool_rubrics, env),
             state_path=state,
             scores_path=db,
             workers=workers,
@@ -124,26 +278,44 @@ def judge(
             report = asyncio.run(
                 judge_episodes(
                     episodes,
-                    grader=grader,
-                    rubrics=rubrics,
+                    grader=spec.grader(plugin),
+                    rubrics=build_rubrics(plugin, cache_path=HOME / "rubrics.db"),
                     state=st,
                     scores_to=source.store,
                     concurrency=concurrency,
+                    rejudge=rejudge,
                     on_progress=lambda *_: progress.advance(bar),
                 )
             )
+            ranker = spec.ranker()
+            if ranker is not None:
+                ranked = asyncio.run(
+                    rank_groups(episodes, ranker=ranker, state=st, scores_to=source.store)
+                )
+                console.print(f"ranked={ranked.judged} rank_failed={ranked.failed}")
         source.store.flush(30)
-    console.print(f"judged={report.judged} skipped={report.skipped} failed={report.failed}")
+    console.print(
+        f"judged={report.judged} skipped={report.skipped} failed={report.failed} "
+        f"running={report.running} repaired={report.repaired} decided={report.decided} "
+        f"undecided={report.undecided} good={report.good}"
+    )
+    _say_generic(plugin, report)
 
 
 @app.command()
 def route(
-    db: DbOption = TRACE_DB, state: StateOption = HOME / "evolve.db", tag: TagOption = None
+    db: DbOption = TRACE_DB,
+    state: StateOption = HOME / "evolve.db",
+    tag: TagOption = None,
+    session: SessionOption = None,
+    meta: MetaOption = None,
 ) -> None:
-    """Route judged traces into pools (SFT, strategies, guard, replay, preference, lessons)."""
+    """Route judged traces into pools (SFT, strategies, guard, replay, preference, lessons,
+    undecided)."""
     source = _source(db)
     st = EvolveState(state)
-    added = route_all(list(source.episodes(EpisodeFilter(tags=tag or []))), st.verdicts(), st)
+    episodes = list(source.episodes(_filter(tag, session, meta)))
+    added = route_all(episodes, st.verdicts(e.trace_id for e in episodes), st)
     table = Table(title="routed cases")
     table.add_column("pool")
     table.add_column("added", justify="right")
@@ -240,29 +412,52 @@ def cycle(
     memory_path: MemoryOption = HOME / "memory.db",
     registry: RegistryOption = REGISTRY,
     tag: TagOption = None,
-    env: Annotated[str, typer.Option(help="Rules for: shop, none")] = "shop",
+    session: SessionOption = None,
+    meta: MetaOption = None,
+    env: EnvOption = "generic",
+    judge_kind: JudgeKind = "rule",
+    judge_model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    api_key_env: KeyEnvOption = None,
+    votes: VotesOption = 3,
+    temperature: TemperatureOption = 0.0,
+    rejudge: RejudgeOption = False,
     concurrency: Annotated[int, typer.Option(min=1, max=256)] = 8,
 ) -> None:
     """collect -> judge -> route -> curate, in one resumable run."""
+    spec = JudgeSpec(
+        judge_kind,
+        model=judge_model,
+        base_url=base_url,
+        api_key_env=api_key_env,
+        votes=votes,
+        temperature=temperature,
+    )
+    plugin = load_plugin(env)
     source = _source(db)
-    grader, rubrics, proposer = _grader_and_rubrics(env)
+    where = _filter(tag, session, meta)
     artifacts = open_registry(registry)
     report = asyncio.run(
         run_cycle(
             source,
-            where=EpisodeFilter(tags=tag or []),
-            grader=grader,
-            rubrics=rubrics,
+            where=where,
+            grader=spec.grader(plugin),
+            rubrics=build_rubrics(plugin, cache_path=HOME / "rubrics.db"),
             state=EvolveState(state),
             memory=MemoryStore(memory_path, registry=artifacts),
-            proposer=proposer,
+            proposer=build_proposer(plugin),
             guard_rules=GuardRuleVersions(artifacts),
             scores_to=source.store,
             concurrency=concurrency,
+            rejudge=rejudge,
+            owns=plugin.owns,
         )
     )
     source.store.flush(30)
-    table = Table(title="evolve cycle")
+    _say_unmatched(
+        plugin, report.unmatched, set(report.unmatched_tags), report.unmatched + report.episodes
+    )
+    table = Table(title=f"evolve cycle ({plugin.name})")
     table.add_column("what")
     table.add_column("value", justify="right")
     for k, v in summarize(report).items():
@@ -270,3 +465,4 @@ def cycle(
     console.print(table)
     if report.guard_diff:
         console.print(report.guard_diff)
+    _say_generic(plugin, report.judge)

@@ -20,73 +20,82 @@ SHOP_ITEMS: tuple[RubricItem, ...] = (
         id="over_budget",
         priority="P0",
         description="Total landed price of the picks is within the budget",
-        avoid_hint="check the total landed price against the budget before shopping_summary",
+        outcome="decides",
+        avoid_hint="Check the total landed price against the budget before shopping_summary.",
     ),
     RubricItem(
         id="excluded_material",
         priority="P0",
         description="No pick is made of an excluded material",
-        avoid_hint="pass the excluded_materials to item_search and item_picker",
+        outcome="decides",
+        avoid_hint="Pass the excluded_materials to item_search and item_picker.",
     ),
     RubricItem(
         id="wrong_platform",
         priority="P0",
         description="Picks come from allowed platforms",
-        avoid_hint="search only the platforms the user allows",
+        outcome="decides",
+        avoid_hint="Search only the platforms the user allows.",
     ),
     RubricItem(
         id="not_direct_shipping",
         priority="P0",
         description="Picks ship directly when required",
-        avoid_hint="set direct_shipping_only when the user asks for it",
+        outcome="decides",
+        avoid_hint="Set direct_shipping_only when the user asks for direct shipping.",
     ),
     RubricItem(
         id="wrong_category",
         priority="P0",
         description="Picks are in the requested category",
-        avoid_hint="search the requested category",
+        outcome="decides",
+        avoid_hint="Search the requested category.",
     ),
     RubricItem(
         id="out_of_stock",
         priority="P0",
         description="Picks are in stock",
-        avoid_hint="pick only in-stock items",
+        outcome="decides",
+        avoid_hint="Pick only in-stock items.",
     ),
     RubricItem(
         id="wrong_landed_price",
         priority="P1",
         weight=0.35,
         description="Landed prices come from shipping_calc (required step)",
-        avoid_hint="never skip shipping_calc: call it for every pick before "
-        "shopping_summary (landed = price + shipping + duty)",
+        outcome="decides",
+        avoid_hint="Never skip shipping_calc: call it for every pick before "
+        "shopping_summary (landed = price + shipping + duty).",
     ),
     RubricItem(
         id="no_summary",
         priority="P1",
         weight=0.5,
         description="The run ends with shopping_summary",
-        avoid_hint="always finish by calling shopping_summary with the picks",
+        outcome="decides",
+        avoid_hint="Always finish by calling shopping_summary with the picks.",
     ),
     RubricItem(
         id="wrong_count",
         priority="P1",
         weight=0.2,
         description="As many picks as requested",
-        avoid_hint="pick exactly the number of items requested",
+        outcome="decides",
+        avoid_hint="Pick exactly the number of items the user asked for.",
     ),
     RubricItem(
         id="unknown_tool",
         priority="P1",
         weight=0.1,
         description="Only listed tools are called",
-        avoid_hint="only call listed tools; find_deals does not exist",
+        avoid_hint="Only call listed tools; find_deals does not exist.",
     ),
     RubricItem(
         id="repeated_call",
         priority="P1",
         weight=0.2,
         description="No tool is called repeatedly with the same arguments",
-        avoid_hint="do not retry a failing platform; switch platform instead",
+        avoid_hint="Do not retry a failing platform; switch platform instead.",
     ),
 )
 _CHECKED = {i.id for i in SHOP_ITEMS} | {"fabricated_item"}
@@ -140,7 +149,8 @@ class ShopRules:
         return parse_request(query).category or "shopping"
 
     @staticmethod
-    def hints() -> dict[str, tuple[str, str]]:
-        """Rubric item id -> (description, avoid hint), shop items refining the base ones."""
+    def hints() -> dict[str, str]:
+        """Rubric item id -> what to do instead (imperative), shop items refining the base
+        ones; these become the shop's lessons."""
         items = {i.id: i for i in (*BASE_ITEMS, *SHOP_ITEMS)}
-        return {k: (i.description, i.avoid_hint) for k, i in items.items() if i.avoid_hint}
+        return {k: i.avoid_hint for k, i in items.items() if i.avoid_hint}

@@ -37,8 +37,8 @@ def test_rules_only_rubric_and_env_items_refine_base() -> None:
     ids = [i.id for i in rubric.items]
     assert len(ids) == len(set(ids))
     assert {"leaked_secret", "fabricated_item", "over_budget", "no_summary"} <= set(ids)
-    assert rubric.item("repeated_call").avoid_hint.startswith("do not retry a failing platform")
-    assert rubric.version == "rules-v1"
+    assert rubric.item("repeated_call").avoid_hint.startswith("Do not retry a failing platform")
+    assert rubric.version == "rules-v2"
     assert RubricGenerator(extra_items=rules.items).rubric("hello").item("over_budget") is None
 
 
@@ -53,7 +53,7 @@ def test_model_rubric_items_are_cached_by_query(tmp_path: Any) -> None:
     r2 = RubricGenerator(model=model, cache_path=tmp_path / "r.db").rubric("find me a  KETTLE")
     assert r1.item("mentions_price") is not None and r1.item("mentions_price").source == "model"
     assert r2.items == r1.items and len(model.calls) == 1  # second one from the cache
-    assert r1.query_hash == query_hash("find me a kettle") and r1.version == "rubric-v1"
+    assert r1.query_hash == query_hash("find me a kettle") and r1.version == "rules-v2+rubric-v1"
 
 
 def test_garbage_rubric_output_falls_back_to_rules() -> None:
@@ -81,8 +81,10 @@ def test_rule_judge_flags_leaks_loops_and_crashes() -> None:
     assert not v.p0_pass and v.p0_failures == ["leaked_secret"] and v.total == 0.0
     assert set(v.p1_failures) == {"run_error", "repeated_call"}
     assert v.p1_deduction == pytest.approx(0.5)
-    clean = run(RuleJudge().judge(episode(final_answer="done"), rubric))
+    acted = [ToolCallRecord(name="search", args={"q": "x"}, output="3 hits")]
+    clean = run(RuleJudge().judge(episode(final_answer="done", tool_calls=acted), rubric))
     assert clean.p0_pass and clean.total == 1.0 and clean.judge == "rule"
+    assert clean.success is None and "task_done" in clean.undecided  # clean is not proof
 
 
 def _shop_episode(picks: list[dict[str, Any]], *, skip_summary: bool = False) -> Episode:
@@ -115,12 +117,13 @@ def test_shop_rule_judge_uses_the_checker() -> None:
     ]
     v = run(grader.judge(_shop_episode(good), rubric))
     assert v.p0_pass and not v.p1_failures and v.p2["fit"] > 4.5
+    assert v.success is True  # the checker's items decide the outcome
     fake = run(
         grader.judge(_shop_episode([{"item_id": "AMZ-9999", "landed_price_cny": 1.0}]), rubric)
     )
     assert "fabricated_item" in v.p0_failures + fake.p0_failures and not fake.p0_pass
     none = run(grader.judge(_shop_episode(good, skip_summary=True), rubric))
-    assert "no_summary" in none.p1_failures and none.p0_pass
+    assert "no_summary" in none.p1_failures and none.p0_pass and none.success is False
 
 
 # -- LLM judge -------------------------------------------------------------------------------
@@ -163,7 +166,7 @@ def test_llm_judge_aggregates_disagreeing_votes() -> None:
 
 def test_rules_beat_llm_opinions() -> None:
     llm = LLMJudge(scripted(vote(True, 5)), votes=1)
-    e = episode(final_answer="key sk-abcdefghijklmnopqrstuvwxyz")
+    e = episode(final_answer="key sk-abcdefghijklmnopqrstuvwxyz0123456789AB")
     v = run(Judge(RuleJudge(), llm).judge(e, RUBRIC))
     assert not v.p0_pass and v.p0_failures == ["leaked_secret"]
     assert v.judge == "rule+llm:judge-model"

@@ -43,8 +43,10 @@ def verdict(
     total: float = 0.9,
     p1: tuple[str, ...] = (),
     p2: float | None = None,
+    success: bool | None = True,
 ) -> Verdict:
     return Verdict(
+        success=success if p0 else False,
         trace_id=tid,
         p0_pass=p0,
         p0_failures=[] if p0 else ["over_budget"],
@@ -65,6 +67,14 @@ def test_routing_thresholds() -> None:
     assert routes_for(verdict(total=0.5, p1=("no_summary",))) == ["replay", "lesson_candidate"]
     assert routes_for(verdict(total=0.6, p2=2.0)) == ["preference", "lesson_candidate"]
     assert routes_for(verdict(total=0.85), RouteConfig(good_total=0.9)) == ["lesson_candidate"]
+    # no evidence of success: never SFT or strategies, whatever the total
+    assert routes_for(verdict(total=1.0, success=None)) == ["undecided"]
+    assert routes_for(verdict(total=0.7, success=None, p1=("tool_rejected",))) == [
+        "undecided",
+        "replay",
+        "lesson_candidate",
+    ]
+    assert routes_for(verdict(total=1.0, success=False)) == ["lesson_candidate"]
 
 
 # -- memory reducer --------------------------------------------------------------------------
@@ -321,4 +331,5 @@ def test_judge_pool_spreads_work_over_processes_and_resumes(tmp_path: Path) -> N
     assert (second.judged, second.skipped) == (4, 8)
     assert len(EvolveState(tmp_path / "e.db").judged()) == 12
     store = TraceStore(tmp_path / "t.db")
-    assert store.counts()["scores"] == 12 * 3  # p0_pass, p1_deduction, total per episode
+    # p0_pass, p1_deduction, judge_success (did nothing: failed), total per episode
+    assert store.counts()["scores"] == 12 * 4

@@ -98,10 +98,11 @@ class SessionPin:
 
     @property
     def artifacts(self) -> dict[str, str]:
-        """``{artifact: version ref}`` as recorded on traces."""
+        """``{"<kind>/<name>": "<version>"}`` for every artifact the session resolved (the
+        trace's ``artifacts`` field)."""
         out: dict[str, str] = {}
         if self.prompt_name is not None and self.prompt_version is not None:
-            out["prompt"] = f"prompt/{self.prompt_name}@v{self.prompt_version}"
+            out[f"prompt/{self.prompt_name}"] = str(self.prompt_version)
         if self.adapter_version is not None:
             out["adapter"] = self.adapter_version
         return out

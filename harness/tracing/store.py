@@ -580,7 +580,12 @@ class TraceStore:
                     self._overflow = True
             if not self._spill([item]):  # the only way to lose a record; counted, logged
                 self.stats["lost"] += 1
-                log.error("trace record lost: queue full and %s not writable", self.spill_path)
+                if self.stats["lost"] & (self.stats["lost"] - 1) == 0:  # 1, 2, 4, 8, ...
+                    log.error(
+                        "%d trace records lost so far: queue full and %s not writable",
+                        self.stats["lost"],
+                        self.spill_path,
+                    )
             return
         self.stats["enqueued"] += 1
 

@@ -1,9 +1,15 @@
-"""``evoharness traces``: look at the local trace store and export it."""
+"""``evoharness traces``: look at the local trace store, back it up and export it.
+
+Where traces live: ``--db``, else ``$EVOHARNESS_TRACE_DB``, else ``.evoharness/traces.db``;
+when that does not exist, the newest ``.evoharness/*/traces.db`` (the demo writes
+``.evoharness/demo/traces.db``) is shown, and the command says which file it read.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -17,11 +23,22 @@ from evoharness.harness.tracing import Observation, TraceStore
 
 app = typer.Typer(help="Inspect and export recorded traces.", no_args_is_help=True)
 console = Console(soft_wrap=True)
-TRACE_DB = Path(".evoharness/traces.db")
+TRACE_DB = Path(os.environ.get("EVOHARNESS_TRACE_DB", ".evoharness/traces.db"))
 DbOption = Annotated[Path, typer.Option("--db", help="Local trace store (SQLite).")]
 
 
+def _find(db: Path) -> Path:
+    if db.exists() or db != TRACE_DB:
+        return db
+    found = sorted(db.parent.glob("*/traces.db"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        return db
+    console.print(f"[dim]no store at {db}; showing {found[-1]} (newest under {db.parent})[/dim]")
+    return found[-1]
+
+
 def _open(db: Path) -> TraceStore:
+    db = _find(db)
     if not db.exists():
         raise ConfigError(f"no trace store at {db}; run `evoharness run` first or pass --db")
     return TraceStore(db)
@@ -119,17 +136,44 @@ def show(
 
 @app.command()
 def stats(db: DbOption = TRACE_DB) -> None:
-    """Row counts, export backlog and run statuses."""
+    """Row counts, export backlog, run statuses, and each writer's accounting and health.
+
+    Per writer (process): records accepted, stored, spilled (to the JSONL file, stored
+    later as ``ingested``), dead-lettered, lost, and whether it is ``ok`` or ``sick``.
+    """
     store = _open(db)
     counts = store.counts()
-    table = Table(title=f"trace store {db}")
+    table = Table(title=f"trace store {store.path}")
     table.add_column("what")
     table.add_column("count", justify="right")
     for key, value in counts.items():
         table.add_row(key, str(value))
-    for status, n in Counter(t.status for t in store.traces()).most_common():
-        table.add_row(f"status {status}", str(n))
+    table.add_row("spill backlog (lines)", str(store.spill_backlog()))
+    for status in ("running", "ok", "error", "incomplete"):
+        from evoharness.harness.tracing.store import TraceQuery
+
+        n = len(store.query(TraceQuery(status=status)))
+        if n:
+            table.add_row(f"status {status}", str(n))
     console.print(table)
+    keys = ("accepted", "stored", "spilled", "ingested", "dead", "quarantined", "lost")
+    for w in store.writers()[:20]:  # one line per writer (process), newest first
+        seen = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(w["seen"]))
+        counts_ = " ".join(f"{k}={w.get(k, 0)}" for k in keys)
+        error = f" error={w['error']}" if w.get("error") else ""
+        console.print(f"writer {w['writer']} health={w['health']} seen={seen} {counts_}{error}")
+
+
+@app.command()
+def backup(
+    target: Annotated[Path, typer.Argument(help="New SQLite file to write the copy to")],
+    db: DbOption = TRACE_DB,
+) -> None:
+    """A consistent copy of a live store (SQLite's backup API; copying the file of a WAL
+    database that is being written misses rows)."""
+    store = _open(db)
+    out = store.backup(target)
+    console.print(json.dumps({"backup": str(out), **store.counts()}))
 
 
 @app.command()

@@ -74,6 +74,7 @@ class LangfuseStandIn:
         self.requests: dict[str, int] = {}
         self.auth: str | None = None
         self.fail_next: int = 0  # answer the next N export requests with 503
+        self.reject_scores: dict[str, str] = {}  # score id -> error: answered with 207
         self.prompts = PromptStandIn()  # prompt management (see the prompt section below)
         self._lock = threading.Lock()
         self._port = port
@@ -461,10 +462,8 @@ class _Handler(_PromptRoutes, BaseHTTPRequestHandler):
             )
         elif path == "/api/public/scores":
             items = json.loads(body)
-            with self.owner._lock:
-                for s in items if isinstance(items, list) else [items]:
-                    self.owner.scores[s.get("id") or str(len(self.owner.scores))] = s
-            self._reply(202, b'{"message":"Accepted"}')
+            code, answer = _score_batch(self.owner, items if isinstance(items, list) else [items])
+            self._reply(code, json.dumps(answer).encode())
         elif path.startswith(PROMPTS_PATH):
             self._prompt_request("POST", path, {}, body)
         else:
@@ -484,6 +483,30 @@ class _Handler(_PromptRoutes, BaseHTTPRequestHandler):
             self._prompt_request("GET", url.path, params, b"")
         else:
             self._reply(404, b'{"message":"not found"}')
+
+
+# =========================================================================================
+# Partial rejections (owned by the trace store/export work).
+#
+# ``POST /api/public/scores`` answers 202 when every score is accepted and, like Langfuse,
+# 207 with ``{"accepted", "rejected", "errors": [{"message", "id", "index"}]}`` when some
+# are rejected (set ``LangfuseStandIn.reject_scores`` to ``{score id: error}``); rejected
+# scores are not kept.
+# =========================================================================================
+
+
+def _score_batch(owner: LangfuseStandIn, items: list[dict[str, Any]]) -> tuple[int, Any]:
+    errors = []
+    with owner._lock:
+        for index, s in enumerate(items):
+            sid = s.get("id") or str(len(owner.scores))
+            if sid in owner.reject_scores:
+                errors.append({"message": owner.reject_scores[sid], "id": sid, "index": index})
+                continue
+            owner.scores[sid] = s
+    if not errors:
+        return 202, {"message": "Accepted"}
+    return 207, {"accepted": len(items) - len(errors), "rejected": len(errors), "errors": errors}
 
 
 def free_port() -> int:

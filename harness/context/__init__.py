@@ -3,12 +3,18 @@
 from evoharness.harness.context.cold import ColdStore, FileColdStore, read_reference_tool
 from evoharness.harness.context.compaction import ProjectionRule, compact
 from evoharness.harness.context.constraints import extract as extract_constraints
-from evoharness.harness.context.middleware import ContextConfig, ContextMiddleware, render_sections
+from evoharness.harness.context.middleware import (
+    ContextConfig,
+    ContextMiddleware,
+    is_context_overflow,
+    render_sections,
+)
 from evoharness.harness.context.reference import ReferenceMiddleware, ReferenceProvider
 from evoharness.harness.context.state import ContextState
 from evoharness.harness.context.summary import (
     StructuredSummary,
     Summarizer,
+    repair_tool_pairs,
     safe_cut,
     tool_pairs_intact,
 )
@@ -28,8 +34,10 @@ __all__ = [
     "TokenCounter",
     "compact",
     "extract_constraints",
+    "is_context_overflow",
     "read_reference_tool",
     "render_sections",
+    "repair_tool_pairs",
     "safe_cut",
     "tool_pairs_intact",
 ]

@@ -14,9 +14,10 @@ destroys prefix reuse, so the optional LATEST OBSERVATION note goes last.)
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -46,7 +47,12 @@ from evoharness.harness.context.cold import (
 from evoharness.harness.context.compaction import ProjectionRule, compact
 from evoharness.harness.context.constraints import extract
 from evoharness.harness.context.state import ContextState
-from evoharness.harness.context.summary import StructuredSummary, Summarizer, safe_cut
+from evoharness.harness.context.summary import (
+    StructuredSummary,
+    Summarizer,
+    repair_tool_pairs,
+    safe_cut,
+)
 from evoharness.harness.context.tokens import TokenCounter
 from evoharness.harness.events import EventLog
 
@@ -79,22 +85,20 @@ class ContextConfig(BaseModel):
 
 
 def render_sections(state: dict[str, Any]) -> str:
-    """TASK STATE, WORKING MEMORY and STABLE HISTORY SUMMARY, deterministically."""
+    """TASK STATE, WORKING MEMORY and STABLE HISTORY SUMMARY, deterministically.
+
+    The user's messages stay in the window verbatim, so their constraints appear there
+    once; TASK STATE only says which ones were restated (the later words apply).
+    """
     task = state.get("task_state") or {}
     memory = state.get("working_memory") or {}
     parts: list[str] = []
-    constraints = task.get("constraints") or {}
-    if task.get("goal") or constraints:
-        lines = ["TASK STATE"]
-        if task.get("goal"):
-            lines.append(f"Goal: {task['goal']}")
-        if constraints:
-            lines.append(
-                "Hard constraints in force (the user's words; later statements "
-                "replace earlier ones):"
-            )
-            lines += [f"- {s}" for s in dict.fromkeys(constraints[k] for k in sorted(constraints))]
-        parts.append("\n".join(lines))
+    restated = task.get("restated") or []
+    if restated:
+        parts.append(
+            "TASK STATE\nThe user's hard constraints are in their messages, verbatim. "
+            "Restated later (the latest statement applies): " + ", ".join(sorted(restated))
+        )
     decisions, prefs = memory.get("decisions") or [], memory.get("preferences") or []
     if decisions or prefs:
         lines = ["WORKING MEMORY"]
@@ -103,6 +107,43 @@ def render_sections(state: dict[str, Any]) -> str:
     if memory.get("stable_history_summary"):
         parts.append("STABLE HISTORY SUMMARY\n" + memory["stable_history_summary"])
     return "\n\n".join(parts)
+
+
+_OVERFLOW = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "context window",
+    "prompt is too long",
+    "too many tokens",
+    "input is too long",
+    "contextoverflow",
+    "request too large",
+)
+
+
+def is_context_overflow(exc: BaseException) -> bool:
+    """True for a provider's "the prompt does not fit" error (OpenAI, Anthropic, vLLM...)."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(marker in text for marker in _OVERFLOW)
+
+
+_NON_TEXT = frozenset({"image", "image_url", "file", "audio", "input_audio", "video", "document"})
+
+
+def _non_text_blocks(m: BaseMessage) -> list[Any]:
+    content = m.content
+    if isinstance(content, str):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") in _NON_TEXT]
+
+
+def _session_key(messages: Sequence[BaseMessage]) -> str:
+    """A session's key: its first message's id (unique per thread), else a text hash."""
+    if not messages:
+        return "empty"
+    first = messages[0]
+    return first.id or hashlib.sha256(text_of(first).encode("utf-8", "replace")).hexdigest()[:16]
 
 
 def _is_anthropic(model: Any) -> bool:
@@ -147,8 +188,13 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
         self.events = events or EventLog()
         self.tools = [read_reference_tool(self.cold)]
         self._rules = {r.tool: r for r in self.config.projections}
-        self._last: OrderedDict[str, list[BaseMessage]] = OrderedDict()
+        # per session (keyed by its first message's id): the last window and its running
+        # token sums, so each call measures only what is new (flat cost over a session)
+        self._last: OrderedDict[str, tuple[list[BaseMessage], list[int]]] = OrderedDict()
         self._lock = threading.Lock()
+        self._fixed_tokens = 0  # system prompt + tool schemas at the last model call
+        self._schema_tokens: dict[tuple[int, ...], int] = {}
+        self._overflowed: set[str] = set()
 
     # -- on every round, before the model: task state and L3 -------------------------------
     def _task_update(self, state: dict[str, Any]) -> dict[str, Any] | None:
@@ -160,17 +206,30 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
         )
         if found == (task.get("constraints") or {}) and goal == task.get("goal"):
             return None
-        if task.get("constraints") is not None:
+        before = task.get("constraints")
+        restated = set(task.get("restated") or [])
+        if before is not None:
+            changed = sorted(k for k in found if k in before and before[k] != found[k])
+            restated.update(changed)
             self.events.emit("constraints_updated", self.name, slots=sorted(found))
-        return {"goal": goal, "constraints": found}
+        return {"goal": goal, "constraints": found, "restated": sorted(restated)}
 
     def _summary_due(self, state: dict[str, Any]) -> tuple[bool, int]:
         messages = state["messages"]
         c = self.config
         tail = self.counter.messages(messages)
-        total = tail + self.counter.text(render_sections(state))
+        # the whole window: system prompt and tool schemas (measured at the last model
+        # call) and the rendered sections, not only the messages
+        total = tail + self.counter.text(render_sections(state)) + self._fixed_tokens
         stats = state.get("compression_stats") or {}
-        rounds = sum(1 for m in messages if m.type == "ai") - int(stats.get("rounds_at_summary", 0))
+        ai = sum(1 for m in messages if m.type == "ai")
+        if ai < int(stats.get("retry_at_round") or 0):
+            return False, tail  # the summariser failed recently: back off
+        rounds = ai - int(stats.get("rounds_at_summary", 0))
+        key = _session_key(messages)
+        if key in self._overflowed:
+            self._overflowed.discard(key)
+            return True, tail
         due = (
             tail > c.tail_trigger_tokens
             or total > c.total_trigger_tokens
@@ -183,32 +242,97 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
     ) -> dict[str, Any]:
         messages: list[AnyMessage] = state["messages"]
         old = state.get("compression_stats") or {}
-        if summary is None:  # history stays exactly as it was
-            self.events.emit("context_summary_failed", self.name, messages=cut)
+        ai = sum(1 for m in messages if m.type == "ai")
+        if summary is None:  # history stays exactly as it was; try again later
+            failures = int(old.get("summary_failures", 0)) + 1
+            wait = min(2**failures, 64)
+            self.events.emit(
+                "context_summary_failed", self.name, messages=cut, retry_in_rounds=wait
+            )
             return {
-                "compression_stats": {"summary_failures": int(old.get("summary_failures", 0)) + 1}
+                "compression_stats": {"summary_failures": failures, "retry_at_round": ai + wait}
             }
-        previous = (state.get("working_memory") or {}).get("stable_history_summary", "")
-        text = summary.render() or previous
-        humans = [m for m in messages[:cut] if isinstance(m, HumanMessage)]
-        kept = [*humans, *messages[cut:]]
+        text = summary.render()
+        kept: list[AnyMessage] = []
+        for m in messages[:cut]:
+            if isinstance(m, HumanMessage):
+                kept.append(m)
+            elif blocks := _non_text_blocks(m):  # images, files: kept, with where they came from
+                origin = f" (result of {m.name})" if isinstance(m, ToolMessage) and m.name else ""
+                note = {"type": "text", "text": f"[kept from an earlier {m.type} message{origin}]"}
+                kept.append(HumanMessage(content=[note, *blocks]))
+        kept = cast(list[AnyMessage], repair_tool_pairs([*kept, *messages[cut:]]))
+        kept, cold = self._fit_tail(kept)
         saved = tail - self.counter.messages(kept)
         self.events.emit(
             "context_summary",
             self.name,
-            summarized_messages=cut - len(humans),
+            summarized_messages=cut - sum(1 for m in messages[:cut] if isinstance(m, HumanMessage)),
             tokens_before=tail,
             tokens_saved=saved,
         )
-        return {
+        update: dict[str, Any] = {
             "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept],
             "working_memory": {"stable_history_summary": text},
             "compression_stats": {
                 "summaries": int(old.get("summaries", 0)) + 1,
                 "tokens_saved": int(old.get("tokens_saved", 0)) + saved,
-                "rounds_at_summary": sum(1 for m in messages if m.type == "ai"),
+                # rounds are counted from here: the AI messages left in the history
+                "rounds_at_summary": sum(1 for m in kept if m.type == "ai"),
+                "summary_failures": None,
+                "retry_at_round": None,
             },
         }
+        if cold:
+            update["cold_data"] = cold
+        return update
+
+    def _fit_tail(self, kept: list[AnyMessage]) -> tuple[list[AnyMessage], dict[str, Any]]:
+        """Offload the largest kept tool results while the tail is over the trigger, so an
+        exchange bigger than the trigger is not summarised again every round."""
+        limit = self.config.tail_trigger_tokens
+        cold: dict[str, Any] = {}
+        if self.counter.messages(kept) <= limit:
+            return kept, cold
+        order = sorted(
+            (i for i, m in enumerate(kept) if isinstance(m, ToolMessage)),
+            key=lambda i: -self.counter.message(kept[i]),
+        )
+        out = list(kept)
+        for i in order:
+            m = out[i]
+            text = text_of(m)
+            if len(text) <= self.config.preview_chars + 200:
+                break
+            smaller, ref = self._offload(m.name or "tool", text)
+            out[i] = m.model_copy(update={"content": smaller})
+            if ref is not None:
+                cold[ref] = {"tool": m.name, "chars": len(text)}
+            if self.counter.messages(out) <= limit:
+                break
+        return out, cold
+
+    def _offload(self, tool: str, text: str) -> tuple[str, str | None]:
+        """Offload ``text``: its preview + reference, or, when the store fails (disk full,
+        an unencodable name), a truncated text and a ``context_offload_failed`` event."""
+        try:
+            ref = self.cold.put(text)
+        except (OSError, UnicodeError, ValueError) as exc:
+            keep = self.config.offload_chars or 6_000
+            self.events.emit(
+                "context_offload_failed",
+                self.name,
+                tool=tool,
+                chars=len(text),
+                error=f"{type(exc).__name__}: {exc}"[:200],
+            )
+            return (
+                f"{text[:keep]}\n[truncated: {len(text) - keep} more characters could not "
+                "be stored for reading back]",
+                None,
+            )
+        self.events.emit("context_offload", self.name, tool=tool, chars=len(text), ref=ref)
+        return offload_summary(text, ref, preview_chars=self.config.preview_chars), ref
 
     def _prepare_summary(self, state: dict[str, Any]) -> tuple[int, int] | None:
         if self.summarizer is None:
@@ -273,31 +397,82 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
             messages.append(SystemMessage(f"LATEST OBSERVATION\n{hot['latest']}"))
         return request.override(system_message=system, messages=messages)
 
+    def _tool_tokens(self, tools: list[Any]) -> int:
+        key = tuple(id(t) for t in tools)
+        hit = self._schema_tokens.get(key)
+        if hit is None:
+            from langchain_core.utils.function_calling import convert_to_openai_tool
+
+            hit = 0
+            for t in tools:
+                try:
+                    spec = t if isinstance(t, dict) else convert_to_openai_tool(t)
+                except Exception:  # a provider-native tool: count its repr
+                    spec = {"tool": repr(t)}
+                hit += self.counter.text(json.dumps(spec, sort_keys=True, default=str))
+            if len(self._schema_tokens) > 64:
+                self._schema_tokens.clear()
+            self._schema_tokens[key] = hit
+        return hit
+
     def _measure(self, request: ModelRequest[Any]) -> None:
+        """Emit ``context_window`` for this call, incrementally: the messages shared with
+        the session's previous call are matched by identity and their tokens read from
+        running sums, so the cost does not grow with the session."""
         system = request.system_message
         seen: list[BaseMessage] = [*([system] if system is not None else []), *request.messages]
-        key = (
-            hashlib.sha256(text_of(request.messages[0]).encode()).hexdigest()[:16]
-            if (request.messages)
-            else "empty"
-        )
+        key = _session_key(request.messages)
         with self._lock:
             previous = self._last.get(key)
-            self._last[key] = seen
+        old, sums = previous if previous is not None else ([], [0])
+        same = 0
+        for a, b in zip(old, seen, strict=False):
+            if a is not b and (a.id is None or a.id != b.id or a.content != b.content):
+                break
+            same += 1
+        new_sums = sums[: same + 1]
+        for m in seen[same:]:
+            new_sums.append(new_sums[-1] + self.counter.message(m))
+        window = new_sums[-1]
+        shared = sums[same]
+        if same < len(old) and same < len(seen):  # the first differing message, in part
+            shared += self.counter.shared_prefix(old[same : same + 1], seen[same : same + 1])
+        with self._lock:
+            self._last[key] = (seen, new_sums)
             self._last.move_to_end(key)
             while len(self._last) > 1000:
                 self._last.popitem(last=False)
-        window = self.counter.messages(seen)
         prefix = self.counter.message(system) if system is not None else 0
-        shared = self.counter.shared_prefix(previous, seen) if previous else 0
+        self._fixed_tokens = prefix + self._tool_tokens(list(request.tools or []))
         self.events.emit(
             "context_window",
             self.name,
+            session=key,
             window_tokens=window,
             prefix_tokens=prefix,
             shared_prefix_tokens=shared,
             prefix_reuse=round(shared / window, 4) if window else 0.0,
         )
+
+    def _overflow_retry(self, built: ModelRequest[Any], exc: BaseException) -> ModelRequest[Any]:
+        """A smaller request after a context-overflow error: older exchanges dropped (their
+        summary follows at the next round), bulky kept results offloaded."""
+        if not is_context_overflow(exc):
+            raise exc
+        messages = list(built.messages)
+        cut = safe_cut(messages, self.config.keep_exchanges)
+        kept = [m for m in messages[:cut] if isinstance(m, HumanMessage)] + messages[cut:]
+        kept = cast(list[AnyMessage], repair_tool_pairs(kept))
+        kept, _ = self._fit_tail(kept)
+        self._overflowed.add(_session_key(messages))  # summarise before the next call
+        self.events.emit(
+            "context_overflow",
+            self.name,
+            error=f"{type(exc).__name__}: {exc}"[:200],
+            messages_before=len(messages),
+            messages_after=len(kept),
+        )
+        return built.override(messages=kept)
 
     def wrap_model_call(
         self,
@@ -306,7 +481,10 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
     ) -> ModelResponse[Any]:
         built = self.window(request)
         self._measure(built)
-        return handler(built)
+        try:
+            return handler(built)
+        except Exception as exc:  # a context overflow: compress and retry once
+            return handler(self._overflow_retry(built, exc))
 
     async def awrap_model_call(
         self,
@@ -315,7 +493,10 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
     ) -> ModelResponse[Any]:
         built = self.window(request)
         self._measure(built)
-        return await handler(built)
+        try:
+            return await handler(built)
+        except Exception as exc:
+            return await handler(self._overflow_retry(built, exc))
 
     # -- tool results: L2 compaction, L0 offload -------------------------------------------
     def shrink(self, name: str, result: ToolResult) -> ToolResult:
@@ -338,10 +519,10 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
                 text = smaller
         limit = self.config.offload_chars
         if limit is not None and len(text) > limit:
-            ref = self.cold.put(text)
-            self.events.emit("context_offload", self.name, tool=name, chars=len(text), ref=ref)
-            update["cold_data"] = {ref: {"tool": name, "chars": len(text)}}
-            text = offload_summary(text, ref, preview_chars=self.config.preview_chars)
+            chars = len(text)
+            text, ref = self._offload(name, text)
+            if ref is not None:
+                update["cold_data"] = {ref: {"tool": name, "chars": chars}}
         if text == text_of(result):
             return result
         msg = result.model_copy(update={"content": text})

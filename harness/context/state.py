@@ -22,6 +22,8 @@ class TaskState(TypedDict, total=False):
     goal: str
     constraints: dict[str, str]
     """slot -> the user's own words (verbatim), the latest statement per slot."""
+    restated: list[str]
+    """Slots the user changed after first stating them."""
 
 
 class WorkingMemory(TypedDict, total=False):

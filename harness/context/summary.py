@@ -15,6 +15,8 @@ from evoharness.harness._messages import text_of
 SUMMARY_PROMPT = """Summarise the earlier part of an agent session for the agent itself.
 Return JSON only with these keys: "user_need", "constraints_and_preferences" (list),
 "searched" (list), "excluded" (list of "what: why"), "current_step", "next_step"."""
+MIN_SUMMARY_CHARS = 20
+"""A summary shorter than this is rejected (history stays as it is)."""
 SUMMARY_FIELDS = (
     "user_need",
     "constraints_and_preferences",
@@ -78,6 +80,41 @@ def tool_pairs_intact(messages: Sequence[BaseMessage]) -> bool:
     return True
 
 
+def repair_tool_pairs(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """``messages`` with every tool result answering a call made before it.
+
+    Orphan tool results (their call was cut away or never made, or a duplicate) are
+    dropped; a call left without its result is answered with a short placeholder, except
+    the calls still open at the end (pending). ``tool_pairs_intact`` holds for the output,
+    whatever the input.
+    """
+    out: list[BaseMessage] = []
+    open_ids: dict[str, str] = {}  # call id -> tool name, of the latest AI message
+    for m in messages:
+        if isinstance(m, ToolMessage):
+            if m.tool_call_id in open_ids:
+                del open_ids[m.tool_call_id]
+                out.append(m)
+            continue  # an orphan
+        if isinstance(m, SystemMessage):
+            out.append(m)
+            continue
+        for cid, name in open_ids.items():  # the conversation moved on: answer them
+            out.append(
+                ToolMessage(
+                    content="[result not kept in the window]",
+                    tool_call_id=cid,
+                    name=name,
+                    status="error",
+                )
+            )
+        out.append(m)
+        open_ids = (
+            {c.get("id") or "": c["name"] for c in m.tool_calls} if isinstance(m, AIMessage) else {}
+        )
+    return out  # calls still open at the end are pending: left as they are
+
+
 def _transcript(messages: Sequence[BaseMessage], limit: int = 24_000) -> str:
     lines = []
     for m in messages:
@@ -120,9 +157,15 @@ class Summarizer:
             elif v is not None:
                 clean[k] = str(v)
         try:
-            return StructuredSummary.model_validate(clean)
+            summary = StructuredSummary.model_validate(clean)
         except ValueError:
             return None
+        text = summary.render()
+        # degenerate: empty or a few characters (an unchanged summary is fine: the new
+        # history may add nothing worth keeping)
+        if len(text.strip()) < MIN_SUMMARY_CHARS:
+            return None
+        return summary
 
     @staticmethod
     def _prompt(messages: Sequence[BaseMessage], previous: str) -> list[BaseMessage]:

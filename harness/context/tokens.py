@@ -58,14 +58,18 @@ class TokenCounter:
         return self._encode(text)
 
     def message(self, m: BaseMessage) -> int:
-        """Tokens of one message (template overhead included); cached."""
-        text = message_text(m)
-        key = (m.id or f"obj:{id(m)}", len(text))
-        with self._lock:
-            hit = self._cache.get(key)
+        """Tokens of one message (template overhead included); cached.
+
+        The cache is checked before the message is rendered (tool calls are JSON-encoded
+        only on a miss), keyed by id and content size.
+        """
+        content = m.content
+        calls = getattr(m, "tool_calls", None)
+        key = (m.id or f"obj:{id(m)}", len(content) * 31 + (len(calls) if calls else 0))
+        hit = self._cache.get(key)  # a dict read is atomic; no lock on the hot path
         if hit is not None:
             return hit
-        n = self._encode(text) + MESSAGE_OVERHEAD_TOKENS
+        n = self._encode(message_text(m)) + MESSAGE_OVERHEAD_TOKENS
         with self._lock:
             if len(self._cache) >= self.max_cache:
                 self._cache.clear()
@@ -84,6 +88,9 @@ class TokenCounter:
         """
         shared = 0
         for a, b in zip(before, after, strict=False):
+            if a is b or (a.id is not None and a.id == b.id and a.content == b.content):
+                shared += self.message(b)
+                continue
             ta, tb = message_text(a), message_text(b)
             if a.type == b.type and ta == tb:
                 shared += self.message(b)

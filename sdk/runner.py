@@ -9,7 +9,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.language_models import BaseChatModel
@@ -26,6 +26,61 @@ from evoharness.sdk.environment import Environment, TaskSpec
 
 ModelFactory = Callable[[], BaseChatModel]
 MiddlewareFactory = Callable[[], Sequence[AgentMiddleware[Any, Any, Any]]]
+ErrorType = Literal["connection", "timeout", "deadline", "step_limit", "error"]
+
+_CONNECTION_NAMES = frozenset({"APIConnectionError", "ConnectError", "ConnectionError"})
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes, outermost first (cycles cut)."""
+    out: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in out and len(out) < 16:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def classify_error(exc: BaseException) -> ErrorType:
+    """``connection``, ``timeout`` or ``error``, from the exception and its causes.
+
+    Provider SDKs wrap transport errors (openai's ``APIConnectionError`` around httpx's
+    ``ConnectError``), so the whole chain is looked at, by class name, without importing
+    any provider package.
+    """
+    chain = _chain(exc)
+    names = {c.__name__ for e in chain for c in type(e).__mro__}
+    if isinstance(exc, TimeoutError) or any("Timeout" in n for n in names):
+        return "timeout"
+    if names & _CONNECTION_NAMES or any(isinstance(e, ConnectionError) for e in chain):
+        return "connection"
+    return "error"
+
+
+def error_text(exc: BaseException) -> str:
+    """One line: the exception, and its root cause when that says more."""
+
+    def line(e: BaseException) -> str:
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+    # the innermost real error (a cancellation at the bottom of a timeout says nothing)
+    root = next((e for e in reversed(_chain(exc)) if isinstance(e, Exception)), exc)
+    if root is exc or not str(root).strip():
+        return line(exc)
+    return f"{line(exc)} (caused by {line(root)})"
+
+
+def failure_summary(results: Sequence[TaskResult]) -> str | None:
+    """One line when every task crashed (the most common cause first), else ``None``."""
+    if not results or any(r.error is None for r in results):
+        return None
+    causes = Counter(r.error for r in results)
+    cause, count = causes.most_common(1)[0]
+    kinds = Counter(r.error_type or "error" for r in results)
+    kind = kinds.most_common(1)[0][0]
+    more = f"; {len(causes) - 1} other cause(s)" if len(causes) > 1 else ""
+    return f"all {len(results)} tasks failed ({kind}): {cause} [{count}x{more}]"
 
 
 class TaskResult(BaseModel):
@@ -40,6 +95,8 @@ class TaskResult(BaseModel):
     output_tokens: int
     failures: list[str] = Field(default_factory=list)
     error: str | None = None
+    error_type: ErrorType | None = None
+    """What kind of crash ``error`` was (``None`` when the run did not crash)."""
     duration_s: float
     components: dict[str, float] = Field(default_factory=dict)
     events: dict[str, int] = Field(default_factory=dict)
@@ -103,8 +160,13 @@ async def run_task(
     max_model_calls: int = 40,
     tracer: Tracer | None = None,
     run_info: RunInfo | None = None,
+    deadline_s: float | None = None,
 ) -> TaskResult:
-    """Run one task to completion and score it; a crash is recorded, never raised."""
+    """Run one task to completion and score it; a crash is recorded, never raised.
+
+    ``deadline_s`` bounds the whole task (every model and tool call); a task past it is
+    cancelled and recorded with ``error_type="deadline"``.
+    """
     middleware = list(middleware)
     agent = create_evo_agent(
         model,
@@ -127,12 +189,19 @@ async def run_task(
     }
     started = time.perf_counter()
     error: str | None = None
+    error_type: ErrorType | None = None
     try:
-        await agent.ainvoke({"messages": [HumanMessage(task.request)]}, config, run=info)
+        async with asyncio.timeout(deadline_s) as budget:
+            await agent.ainvoke({"messages": [HumanMessage(task.request)]}, config, run=info)
     except GraphRecursionError:
-        error = f"step_limit: more than {max_model_calls} model calls"
+        error, error_type = f"step_limit: more than {max_model_calls} model calls", "step_limit"
+    except TimeoutError as exc:
+        if budget.expired():
+            error, error_type = f"deadline: the task ran past {deadline_s:g} s", "deadline"
+        else:
+            error, error_type = error_text(exc), classify_error(exc)
     except Exception as exc:  # the run's crash is data: record it and keep going
-        error = f"{type(exc).__name__}: {exc}"
+        error, error_type = error_text(exc), classify_error(exc)
     duration = time.perf_counter() - started
     state = await agent.graph.aget_state(config)
     messages: list[BaseMessage] = list(state.values.get("messages", []))
@@ -162,6 +231,7 @@ async def run_task(
         output_tokens=out,
         failures=outcome.failures,
         error=error,
+        error_type=error_type,
         duration_s=round(duration, 4),
         components=outcome.components,
         events=dict(events),
@@ -180,8 +250,12 @@ async def run_tasks(
     on_result: Callable[[TaskResult], None] | None = None,
     tracer: Tracer | None = None,
     tags: Sequence[str] = (),
+    deadline_s: float | None = None,
 ) -> list[TaskResult]:
-    """Run ``tasks`` with at most ``concurrency`` in flight; results keep the task order."""
+    """Run ``tasks`` with at most ``concurrency`` in flight; results keep the task order.
+
+    ``deadline_s`` bounds each task from the moment it starts (see :func:`run_task`).
+    """
     gate = asyncio.Semaphore(concurrency)
     batch = uuid.uuid4().hex[:12]
 
@@ -194,6 +268,7 @@ async def run_tasks(
                 middleware=middleware_factory() if middleware_factory else (),
                 max_model_calls=max_model_calls,
                 tracer=tracer,
+                deadline_s=deadline_s,
                 run_info=RunInfo(
                     run_id=f"{env.name}:{task.task_id}:{batch}",
                     tags=[env.name, *tags],

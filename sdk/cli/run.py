@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -16,8 +17,15 @@ from rich.table import Table
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.cli.traces import TRACE_DB
 from evoharness.sdk.environment import load_environment
-from evoharness.sdk.models import model_factory
-from evoharness.sdk.runner import RunReport, TaskResult, run_tasks, write_results
+from evoharness.sdk.models import EndpointUnreachableError, model_factory
+from evoharness.sdk.models import preflight as check_model_endpoint
+from evoharness.sdk.runner import (
+    RunReport,
+    TaskResult,
+    failure_summary,
+    run_tasks,
+    write_results,
+)
 
 console = Console(soft_wrap=True)  # long report lines stay one line when piped
 
@@ -66,14 +74,31 @@ def execute_run(
     label: str,
     trace_db: Path | None = None,
     context: bool = False,
+    timeout_s: float | None = None,
+    max_retries: int | None = None,
+    task_deadline_s: float | None = None,
+    check_endpoint: bool = True,
 ) -> tuple[RunReport, list[TaskResult]]:
-    """Run one split with a progress bar; returns the report and per-task results."""
+    """Run one split with a progress bar; returns the report and per-task results.
+
+    With ``check_endpoint`` an unreachable model endpoint raises
+    :class:`~evoharness.sdk.models.EndpointUnreachableError` before any task starts.
+    """
     options: dict[str, object] = {"faults": faults}
     if context:
         options["context"] = True
     env = load_environment(env_name, **options)
     tasks = list(env.tasks(split))[:limit] if limit else list(env.tasks(split))
-    factory = model_factory(model, env, base_url=base_url, api_key_env=api_key_env)
+    factory = model_factory(
+        model,
+        env,
+        base_url=base_url,
+        api_key_env=api_key_env,
+        timeout_s=timeout_s,
+        max_retries=max_retries,
+    )
+    if check_endpoint:
+        check_model_endpoint(model, base_url=base_url, timeout_s=min(timeout_s or 10.0, 10.0))
     middleware = env.harness_middleware if harness else None
     tracer = Tracer(TraceStore(trace_db)) if trace_db is not None else None
     exporter = None
@@ -101,6 +126,7 @@ def execute_run(
                 on_result=lambda _: progress.advance(bar),
                 tracer=tracer,
                 tags=[split, "harnessed" if harness else "bare", model],
+                deadline_s=task_deadline_s,
             )
         )
     if tracer is not None and not tracer.store.flush(30):
@@ -138,26 +164,57 @@ def run(
     context: Annotated[
         bool, typer.Option(help="Context engineering (projection, offload, summaries).")
     ] = False,
-) -> None:
-    """Run an environment's split through create_agent and print a results table."""
+    timeout: Annotated[
+        float | None,
+        typer.Option(min=0.001, help="Seconds one model request may take (real models)."),
+    ] = 60.0,
+    max_retries: Annotated[
+        int | None, typer.Option(min=0, help="Client retries per model request (real models).")
+    ] = 2,
+    task_deadline: Annotated[
+        float | None,
+        typer.Option(min=0.001, help="Seconds one task may take in all; then it is cancelled."),
+    ] = 600.0,
+    preflight: Annotated[
+        bool, typer.Option(help="Check the model endpoint answers before starting tasks.")
+    ] = True,
+) -> int:
+    """Run an environment's split through create_agent and print a results table.
+
+    Exits 1 when the endpoint is unreachable (checked before any task starts) or when every
+    task crashed, with the cause in one line on stderr.
+    """
     out = out or Path(".evoharness/runs") / f"{env}-{split}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
-    report, _ = execute_run(
-        env_name=env,
-        split=split,
-        model=model,
-        base_url=base_url,
-        api_key_env=api_key_env,
-        concurrency=concurrency,
-        limit=limit,
-        faults=faults,
-        harness=harness,
-        out=out,
-        label=f"{env}/{split}",
-        trace_db=trace_db if trace else None,
-        context=context,
-    )
+    try:
+        report, results = execute_run(
+            env_name=env,
+            split=split,
+            model=model,
+            base_url=base_url,
+            api_key_env=api_key_env,
+            concurrency=concurrency,
+            limit=limit,
+            faults=faults,
+            harness=harness,
+            out=out,
+            label=f"{env}/{split}",
+            trace_db=trace_db if trace else None,
+            context=context,
+            timeout_s=timeout,
+            max_retries=max_retries,
+            task_deadline_s=task_deadline,
+            check_endpoint=preflight,
+        )
+    except EndpointUnreachableError as exc:
+        sys.stderr.write(f"evoharness: error: {exc}\n")
+        return 1
     label = "harnessed" if harness else "bare"
     console.print(results_table(f"{env} · {split} · model={model}", {label: report}))
     console.print(f"per-task results: {out}")
     if trace:
         console.print(f"traces: {trace_db} (see: evoharness traces list)")
+    failed = failure_summary(results)
+    if failed is not None:
+        sys.stderr.write(f"evoharness: error: {failed}\n")
+        return 1
+    return 0

@@ -194,3 +194,6 @@ def test_tracing_benchmark_smoke() -> None:
     assert result["ours"]["exported"] == 600
     assert lines[-1].startswith("lost=0 hot_path_us=")
     assert "langfuse_direct_lost=" in lines[-1]
+    assert "fault_unaccounted=0 " in lines[-1], lines[-4:]
+    assert "mask_false_positives=" in lines[-1] and "mask_mb_per_s=" in lines[-1]
+    assert result["faults"]["torn_lines"] > 0 and result["faults"]["full_sick"] == 1

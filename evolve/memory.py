@@ -252,9 +252,10 @@ class MemoryStore:
             rows = self._conn.execute(
                 "SELECT version, note, body FROM snapshots ORDER BY version"
             ).fetchall()
-        if not self.registry.versions(MEMORY, self.name):
-            for version, note, body in rows:
-                self._snapshot(json.loads(body), f"{note} (legacy v{version})".strip())
+        if self.registry.versions(MEMORY, self.name):
+            return  # the registry already has history: leave the old table for a person
+        for version, note, body in rows:
+            self._snapshot(json.loads(body), f"{note} (legacy v{version})".strip())
         with self._lock:
             self._conn.execute("DROP TABLE snapshots")
 

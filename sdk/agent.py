@@ -24,7 +24,16 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import (
     AbstractContextManager,
@@ -33,7 +42,7 @@ from contextlib import (
     contextmanager,
     nullcontext,
 )
-from typing import Any
+from typing import Any, cast
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -510,11 +519,19 @@ class EvoAgent:
         call = self._prepare(payload, config, run, user_id, thread_id, session_id, prompt_variables)
         seen = _StreamOutput()
         with self._session(call) as active:
-            for chunk in self.graph.stream(call.payload, call.config, **kw):
-                seen.see(chunk)
-                if active is not None:
-                    active.output = seen.text
-                yield chunk
+            chunks = cast(
+                Generator[Any, None, None], self.graph.stream(call.payload, call.config, **kw)
+            )
+            try:
+                for chunk in chunks:
+                    seen.see(chunk)
+                    if active is not None:
+                        active.output = seen.text
+                    yield chunk
+            except GeneratorExit:  # the consumer stopped reading: the session ends normally
+                pass
+            finally:
+                chunks.close()
 
     async def astream(
         self,
@@ -534,11 +551,19 @@ class EvoAgent:
         )
         seen = _StreamOutput()
         async with self._asession(call) as active:
-            async for chunk in self.graph.astream(call.payload, call.config, **kw):
-                seen.see(chunk)
-                if active is not None:
-                    active.output = seen.text
-                yield chunk
+            chunks = cast(
+                AsyncGenerator[Any, None], self.graph.astream(call.payload, call.config, **kw)
+            )
+            try:
+                async for chunk in chunks:
+                    seen.see(chunk)
+                    if active is not None:
+                        active.output = seen.text
+                    yield chunk
+            except GeneratorExit:  # the consumer stopped reading: the session ends normally
+                pass
+            finally:
+                await chunks.aclose()
 
     def batch(
         self,

@@ -14,7 +14,7 @@ from langchain_core.messages import BaseMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 import evoharness.sdk
-from evoharness.harness import ConfigError
+from evoharness.harness import ConfigError, HookRegistry, HooksMiddleware
 from evoharness.harness.tracing import Trace, Tracer, TraceStore
 from evoharness.sdk import EvoAgent, create_evo_agent
 from evoharness.sdk.prompts import PromptTemplate, RegistryPromptStore, Section
@@ -214,3 +214,28 @@ async def test_batch_runs_each_input_as_a_traced_session(
         ("u3", "echo c"),
     ]
     assert {t.prompt_version for t in rows} == {"1"}
+
+
+@pytest.mark.parametrize("how", ["stream", "astream"])
+async def test_a_consumer_that_stops_reading_ends_the_session_normally(
+    store: TraceStore, how: str
+) -> None:
+    ended: list[BaseException | None] = []
+    hooks = HookRegistry()
+    hooks.register("on_session_end", lambda ctx: ended.append(ctx.error), name="spy")
+    agent = create_evo_agent(
+        ScriptedChatModel(policy=lambda m: "streamed answer"),
+        middleware=[HooksMiddleware(hooks)],
+        tracer=Tracer(store),
+    )
+    if how == "stream":
+        stream = agent.stream("hi", stream_mode="messages")
+        next(stream)
+        stream.close()
+    else:
+        astream = agent.astream("hi", stream_mode="messages")
+        await astream.__anext__()
+        await astream.aclose()
+    (t,) = traces(store)
+    assert t.status == "ok" and t.error is None
+    assert ended == [None]

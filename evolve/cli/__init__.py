@@ -16,6 +16,7 @@ from evoharness.evolve.cli import bench, demo
 from evoharness.evolve.cli import evolve as evolve_cmd
 from evoharness.sdk import cli as sdk_cli
 from evoharness.sdk import cli_prompts
+from evoharness.sdk.registry import cli as registry_cli
 
 __all__ = ["COMMANDS", "GROUPS", "build_app", "main"]
 
@@ -24,6 +25,7 @@ GROUPS: list[tuple[str, typer.Typer]] = [
     ("evolve", evolve_cmd.app),
     ("bench", bench.app),
     ("prompts", cli_prompts.app),
+    ("registry", registry_cli.app),
 ]
 # ... and one line per top-level command (name, function).
 COMMANDS: list[tuple[str, Callable[..., Any]]] = [

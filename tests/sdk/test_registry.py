@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import pickle
 import subprocess
@@ -547,3 +548,39 @@ def test_memory_snapshots_publish_restore_rollback_audit(registry_url: str, tmp_
     store.close()
     other.close()
     reg.close()
+
+
+# -- the command line ---------------------------------------------------------------------------
+def test_registry_cli_inspects_promotes_and_rolls_back(
+    registry_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from evoharness.evolve.cli import main
+
+    with open_registry(registry_url) as reg:
+        for text in ("one", "two", "three"):
+            reg.promote("prompt", "sys", reg.publish("prompt", "sys", {"text": text}).version)
+    at = ["--registry", registry_url]
+
+    def run(*args: str) -> tuple[int, str]:
+        code = main(["registry", *args, *at])
+        captured = capsys.readouterr()
+        return code, captured.out + captured.err
+
+    code, out = run("list", "prompt")
+    assert code == 0 and "sys" in out and "active=v3" in out
+    code, out = run("versions", "prompt", "sys")
+    assert code == 0 and all(f"v{n}" in out for n in (1, 2, 3))
+    code, out = run("show", "prompt", "sys", "--label", "active")
+    assert code == 0 and json.loads(out)["content"] == {"text": "three"}
+    code, out = run("diff", "prompt", "sys", "1", "2")
+    assert code == 0 and '-  "text": "one"' in out and '+  "text": "two"' in out
+    code, out = run("rollback", "prompt", "sys", "--reason", "bad answers")
+    assert code == 0 and "active: v2 (was v3)" in out
+    code, out = run("promote", "prompt", "sys", "1")
+    assert code == 0 and "active: v1 (was v2)" in out
+    code, out = run("events", "prompt", "sys", "--json", "--last", "2")
+    last_two = [json.loads(line) for line in out.splitlines()]
+    assert [(e["action"], e["version"]) for e in last_two] == [("rollback", 2), ("promote", 1)]
+    assert last_two[0]["reason"] == "bad answers" and last_two[0]["actor"] == "cli"
+    code, out = run("promote", "prompt", "sys", "9")
+    assert code == 1 and "has no version 9" in out

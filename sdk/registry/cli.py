@@ -76,8 +76,8 @@ def versions(kind: KindArg, name: NameArg, registry: RegistryOption = DEFAULT) -
     """Every version of one artifact, oldest first, with the labels pointing at it."""
     with _open(registry) as reg:
         by_version: dict[int, list[str]] = {}
-        for label, v in reg.labels(kind, name).items():
-            by_version.setdefault(v, []).append(label)
+        for label, number in reg.labels(kind, name).items():
+            by_version.setdefault(number, []).append(label)
         table = Table(title=f"{kind}/{name}")
         for col in ("version", "created (UTC)", "author", "parent", "hash", "labels"):
             table.add_column(col)

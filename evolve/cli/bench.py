@@ -76,6 +76,14 @@ def bench_rollout(
     rollout.run(seeds=seeds, power_seeds=power_seeds, quick=quick, echo=console.print)
 
 
+@app.command("precision")
+def bench_precision() -> None:
+    """Scripted correct and faulty runs: interventions on correct runs, loops missed."""
+    from evoharness.evolve.benchmarks import precision
+
+    precision.run(echo=console.print)
+
+
 # Register new benchmarks above this line (one ``@app.command("<name>")`` function each).
 
 

@@ -442,6 +442,10 @@ class RelativeJudge:
                 )
                 ranking = _Ranking.model_validate(extract_json(str(reply.content)))
             except (ValueError, ValidationError, TimeoutError):
+                continue  # unparsable or too slow: ask again
+            except Exception as exc:  # transient API errors (connection reset, 5xx)
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                await asyncio.sleep(0.1)
                 continue
             got = {
                 str(r.get("id")): float(r["score"])

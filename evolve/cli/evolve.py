@@ -275,8 +275,11 @@ def judge(
             transient=True,
         ) as progress:
             bar = progress.add_task("judge", total=len(episodes))
-            report = asyncio.run(
-                judge_episodes(
+            ranker = spec.ranker()
+
+            async def judge_then_rank() -> tuple[JudgeReport, JudgeReport | None]:
+                # one event loop for both: model clients keep connections per loop
+                judged = await judge_episodes(
                     episodes,
                     grader=spec.grader(plugin),
                     rubrics=build_rubrics(plugin, cache_path=HOME / "rubrics.db"),
@@ -286,12 +289,15 @@ def judge(
                     rejudge=rejudge,
                     on_progress=lambda *_: progress.advance(bar),
                 )
-            )
-            ranker = spec.ranker()
-            if ranker is not None:
-                ranked = asyncio.run(
-                    rank_groups(episodes, ranker=ranker, state=st, scores_to=source.store)
+                if ranker is None:
+                    return judged, None
+                ranked = await rank_groups(
+                    episodes, ranker=ranker, state=st, scores_to=source.store
                 )
+                return judged, ranked
+
+            report, ranked = asyncio.run(judge_then_rank())
+            if ranked is not None:
                 console.print(f"ranked={ranked.judged} rank_failed={ranked.failed}")
         source.store.flush(30)
     console.print(

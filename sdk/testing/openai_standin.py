@@ -111,6 +111,12 @@ class OpenAIStandIn:
             self._ready.set()
             async with server:
                 await self._stop.wait()
+            # close kept-alive client connections while the loop still runs (otherwise
+            # their handlers die with the loop and warn about a closed loop)
+            pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
         self._loop = asyncio.new_event_loop()
         self._loop.run_until_complete(main())

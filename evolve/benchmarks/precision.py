@@ -361,7 +361,7 @@ def run(*, echo: Callable[[str], None] = print) -> tuple[int, int]:
         base = (
             str(b.interventions) if o.scenario.correct else ("handled" if b.handled else "MISSED")
         )
-        echo(f"  {kind} {o.scenario.name:55s} {verdict:18s} [{acted}]  baseline: {base}")
+        echo(f"  {kind} {o.scenario.name:55s} {verdict:18s} ({acted})  baseline: {base}")
     echo(
         f"baseline (one tool 6x in a row is a loop): false_interventions={base_false} "
         f"missed_loops={base_missed}"

@@ -272,7 +272,7 @@ reg.close()
 def test_concurrent_publishers_in_two_processes_get_distinct_versions(
     registry_url: str, tmp_path: Path
 ) -> None:
-    open_registry(registry_url).close()  # schema in place before the race
+    # no registry opened yet: both workers create the schema at the same time too
     go, n = tmp_path / "go", 15
     procs = [
         subprocess.Popen(

@@ -8,12 +8,23 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 
 def message_record(m: BaseMessage) -> dict[str, Any]:
-    """One message as a trace record."""
+    """One message as a trace record (malformed tool calls included)."""
     record: dict[str, Any] = {"role": m.type, "content": m.content}
-    if isinstance(m, AIMessage) and m.tool_calls:
-        record["tool_calls"] = [
-            {"id": c.get("id"), "name": c["name"], "args": c["args"]} for c in m.tool_calls
-        ]
+    if isinstance(m, AIMessage):
+        if m.tool_calls:
+            record["tool_calls"] = [
+                {"id": c.get("id"), "name": c["name"], "args": c["args"]} for c in m.tool_calls
+            ]
+        if m.invalid_tool_calls:  # malformed calls the model made: evidence, never dropped
+            record["invalid_tool_calls"] = [
+                {
+                    "id": c.get("id"),
+                    "name": c.get("name"),
+                    "args": c.get("args"),
+                    "error": c.get("error"),
+                }
+                for c in m.invalid_tool_calls
+            ]
     if isinstance(m, ToolMessage):
         record["tool_call_id"] = m.tool_call_id
         record["name"] = m.name

@@ -11,13 +11,24 @@ Usage::
 ``evoharness.sdk`` does the ``run`` part for you (and records errors). Within a run the
 trace context flows through contextvars, so a sub-agent started inside a tool opens a child
 trace linked to the parent trace and to the tool call that forked it.
+
+A ``run_id`` names one invocation: its trace id is derived from it
+(:func:`~evoharness.harness.tracing.ids.trace_id_for`), so callers can find the trace, score
+it, or link to it in Langfuse. Opening a second run with a ``run_id`` that this tracer
+already ran, or that the store already holds, raises :class:`RunIdReusedError` instead of
+silently merging two runs into one trace. Group the turns of a conversation with
+``session_id`` / ``thread_id`` and give each invocation its own ``run_id``.
 """
 
 from __future__ import annotations
 
 import logging
+import random
+import sqlite3
+import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -26,13 +37,14 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
 
 from evoharness.harness._messages import ToolResult
+from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog, HarnessEvent
 from evoharness.harness.tracing.ids import (
     TraceContext,
     current_context,
-    new_span_id,
     root_span_id,
     trace_id_for,
     use_context,
@@ -41,6 +53,38 @@ from evoharness.harness.tracing.schema import TraceInfo
 from evoharness.harness.tracing.store import TraceStore
 
 log = logging.getLogger("evoharness.tracing")
+
+_RECENT_RUNS = 16_384  # run ids this tracer remembers having opened (about 1.5 MB)
+
+
+def _span_id() -> str:
+    """A random, non-zero 16-hex span id.
+
+    Span ids must be unique, not secret: the process's Mersenne Twister (reseeded after a
+    fork) costs a fraction of the ``os.urandom`` system call per observation.
+    """
+    return f"{random.getrandbits(64) or 1:016x}"
+
+
+class RunIdReusedError(ConfigError):
+    """A run was opened with a ``run_id`` that already names a trace.
+
+    Attributes:
+        run_id: The reused run id.
+        trace_id: The trace it names.
+    """
+
+    def __init__(self, run_id: str, trace_id: str) -> None:
+        super().__init__(
+            f"run_id {run_id!r} already names trace {trace_id}: a run id names one "
+            "invocation (its trace id is derived from it), and reusing it would merge two "
+            "runs into one trace. Give each invocation a fresh run_id (EvoAgent makes one "
+            "when you pass none) and group a conversation's turns with session_id or "
+            "thread_id.",
+            field="run_id",
+        )
+        self.run_id = run_id
+        self.trace_id = trace_id
 
 
 class RunInfo(TraceInfo):
@@ -63,6 +107,9 @@ class ActiveRun:
     parent: TraceContext | None
     output: Any = None
     error: str | None = None
+    input: Any = None
+    """The request of this invocation (``info.input``, else the newest user message of the
+    run's first model call)."""
 
 
 class Tracer:
@@ -76,6 +123,9 @@ class Tracer:
     def __init__(self, store: TraceStore, *, events: list[EventLog] | None = None) -> None:
         self.store = store
         self._runs: dict[str, ActiveRun] = {}
+        self._opened: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+        self._reader: sqlite3.Connection | None = None
         for log_ in events or []:
             self.watch(log_)
 
@@ -89,13 +139,15 @@ class Tracer:
         """Open a trace for one run; it is closed (ok / error) whatever happens inside."""
         parent = current_context()
         trace_id = trace_id_for(info.run_id)
+        self._claim(info.run_id, trace_id)
         run = ActiveRun(info, trace_id, root_span_id(trace_id), time.time(), parent)
+        run.input = info.input
         self._runs[trace_id] = run
         self.store.put_trace(self._trace_row(run, "running"))
         if parent is not None:  # a fork: mark it in the parent trace too
             self.store.put_observation(
                 {
-                    "id": new_span_id(),
+                    "id": _span_id(),
                     "trace_id": parent.trace_id,
                     "parent_id": parent.span_id,
                     "type": "event",
@@ -124,7 +176,7 @@ class Tracer:
                     "name": info.name,
                     "start_time": run.start_time,
                     "end_time": end,
-                    "input": info.input,
+                    "input": run.input,
                     "output": run.output,
                     "level": "ERROR" if run.error else "DEFAULT",
                     "status_message": run.error,
@@ -133,10 +185,38 @@ class Tracer:
             )
             self.store.put_trace(self._trace_row(run, status, end))
 
-    @staticmethod
-    def _trace_row(run: ActiveRun, status: str, end: float | None = None) -> dict[str, Any]:
+    def _claim(self, run_id: str, trace_id: str) -> None:
+        """Refuse a run id this tracer has opened or the store already holds."""
+        with self._lock:
+            if trace_id in self._runs or trace_id in self._opened or self._stored(trace_id):
+                raise RunIdReusedError(run_id, trace_id)
+            self._opened[trace_id] = None
+            if len(self._opened) > _RECENT_RUNS:
+                self._opened.popitem(last=False)
+
+    def _stored(self, trace_id: str) -> bool:
+        """Whether the store's database already has ``trace_id`` (one indexed look-up on a
+        read-only connection kept open; a store that cannot be read answers no)."""
+        try:
+            if self._reader is None:
+                if not self.store.path.exists():
+                    return False
+                uri = f"{self.store.path.resolve().as_uri()}?mode=ro"
+                self._reader = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            row = self._reader.execute("SELECT 1 FROM traces WHERE id=?", (trace_id,))
+            return row.fetchone() is not None
+        except sqlite3.Error as exc:
+            log.debug("run id check skipped: %s", exc)
+            return False
+
+    def _trace_row(self, run: ActiveRun, status: str, end: float | None = None) -> dict[str, Any]:
+        masker = self.store.masker
         return {
-            **run.info.model_dump(),
+            **run.info.model_dump(warnings=False),
+            # ids are strings (an int user id must not dead-letter the trace), PII hashed
+            "user_id": masker.identifier(run.info.user_id),
+            "session_id": masker.identifier(run.info.session_id),
+            "input": run.input,
             "id": run.trace_id,
             "start_time": run.start_time,
             "end_time": end,
@@ -172,7 +252,7 @@ class Tracer:
             run.info.skill_ids = [str(i) for i in event.data["skill_ids"]]  # -> trace row
         self.store.put_observation(
             {
-                "id": new_span_id(),
+                "id": _span_id(),
                 "trace_id": ctx.trace_id,
                 "parent_id": ctx.span_id,
                 "type": "event",
@@ -199,13 +279,17 @@ class Tracer:
         seen: list[BaseMessage] = list(request.messages)
         if request.system_message is not None:
             seen.insert(0, request.system_message)
+        run = self._runs.get(ctx.trace_id)
+        if run is not None and run.input is None:  # the run's request, from its first call
+            run.input = request_text(request.messages)
         reply = next(
             (m for m in (response.result if response else []) if isinstance(m, AIMessage)), None
         )
         meta = reply.response_metadata if reply is not None else {}
         usage = reply.usage_metadata if reply is not None else None
+        metadata: dict[str, Any] = {"tools": len(request.tools)}
         record: dict[str, Any] = {
-            "id": new_span_id(),
+            "id": _span_id(),
             "trace_id": ctx.trace_id,
             "parent_id": ctx.span_id,
             "type": "generation",
@@ -216,8 +300,12 @@ class Tracer:
             "input": seen,
             "output": reply,
             "model": meta.get("model_name") or getattr(request.model, "model_name", None),
-            "metadata": {"tools": len(request.tools)},
+            "metadata": metadata,
         }
+        if reply is not None and reply.invalid_tool_calls:
+            # malformed tool calls: kept in the output message; flagged so they are found
+            metadata["invalid_tool_calls"] = len(reply.invalid_tool_calls)
+            record["level"] = "WARNING"
         if usage:
             details = usage.get("input_token_details") or {}
             record["usage"] = {
@@ -263,7 +351,17 @@ class _Seen:
         self.end: float | None = None
 
 
+class _SeenTool:
+    """The tool call as it reached the tool (after the harness rewrote it), from the probe."""
+
+    __slots__ = ("call",)
+
+    def __init__(self) -> None:
+        self.call: dict[str, Any] | None = None
+
+
 _SEEN: ContextVar[_Seen | None] = ContextVar("evoharness_seen_model_call", default=None)
+_SEEN_TOOL: ContextVar[_SeenTool | None] = ContextVar("evoharness_seen_tool", default=None)
 
 
 class ModelCallProbe(AgentMiddleware[Any, Any, Any]):
@@ -273,7 +371,9 @@ class ModelCallProbe(AgentMiddleware[Any, Any, Any]):
     sees the request before the harness added its notes, references and context edits,
     and the reply after the harness changed it. The probe, listed last, hands it the
     request exactly as the model receives it, the model's own reply, and the model's own
-    timing. Without a tracing layer around it, it does nothing.
+    timing; and, for a tool call, the arguments the tool actually runs with (a
+    ``pre_tool_call`` hook may have rewritten the model's). Without a tracing layer around
+    it, it does nothing.
     """
 
     def wrap_model_call(
@@ -301,6 +401,48 @@ class ModelCallProbe(AgentMiddleware[Any, Any, Any]):
         seen.response = await handler(request)
         seen.end = time.time()
         return seen.response
+
+    def wrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
+    ) -> ToolResult:
+        seen = _SEEN_TOOL.get()
+        if seen is not None:
+            seen.call = dict(request.tool_call)
+        return handler(request)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
+    ) -> ToolResult:
+        seen = _SEEN_TOOL.get()
+        if seen is not None:
+            seen.call = dict(request.tool_call)
+        return await handler(request)
+
+
+def tool_message_of(result: Any, tool_call_id: str | None = None) -> ToolMessage | None:
+    """The tool message the model sees for ``result``.
+
+    A tool may answer with a LangGraph ``Command`` (to offload context, advance a phase,
+    jump); the observation the model reads is the tool message inside its ``update``.
+    """
+    if isinstance(result, ToolMessage):
+        return result
+    if not isinstance(result, Command):
+        return None
+    update = result.update
+    messages: Any = update.get("messages") if isinstance(update, dict) else None
+    if messages is None and isinstance(update, list | tuple):
+        messages = [v for k, v in update if k == "messages"]  # [(key, value), ...]
+        messages = messages[-1] if messages else None
+    if isinstance(messages, BaseMessage):
+        messages = [messages]
+    found = [m for m in messages or [] if isinstance(m, ToolMessage)]
+    for m in found:
+        if tool_call_id is None or m.tool_call_id == tool_call_id:
+            return m
+    return found[-1] if found else None
 
 
 class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
@@ -371,16 +513,22 @@ class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
         self._record(ctx, seen, response, start, None)
         return response
 
+    @staticmethod
     def _tool_record(
-        self,
         ctx: TraceContext,
         span: str,
         request: ToolCallRequest,
+        ran: dict[str, Any] | None,
         start: float,
         result: ToolResult | None,
         error: BaseException | None,
     ) -> dict[str, Any]:
         call = request.tool_call
+        metadata: dict[str, Any] = {"tool_call_id": call.get("id")}
+        args: Any = call["args"]
+        if ran is not None and ran.get("args") != args:  # a pre_tool_call hook rewrote them
+            metadata["model_args"] = args
+            args = ran.get("args")
         record: dict[str, Any] = {
             "id": span,
             "trace_id": ctx.trace_id,
@@ -389,12 +537,17 @@ class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
             "name": call["name"],
             "start_time": start,
             "end_time": time.time(),
-            "input": call["args"],
-            "metadata": {"tool_call_id": call.get("id")},
+            "input": args,  # what the tool ran with; the model's own in model_args
+            "metadata": metadata,
         }
-        if isinstance(result, ToolMessage):
-            record["output"] = result.content
-            if result.status == "error":
+        message = tool_message_of(result, call.get("id"))
+        if isinstance(result, Command):
+            metadata["command"] = True
+            if result.goto:
+                metadata["goto"] = str(result.goto)
+        if message is not None:
+            record["output"] = message.content
+            if message.status == "error":
                 record["level"] = "ERROR"
         if error is not None:
             record["level"] = "ERROR"
@@ -407,17 +560,20 @@ class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
         ctx = current_context()
         if ctx is None:
             return handler(request)
-        span, start = new_span_id(), time.time()
+        span, start, seen = _span_id(), time.time(), _SeenTool()
+        token = _SEEN_TOOL.set(seen)
         try:
             with use_context(TraceContext(ctx.trace_id, span)):  # sub-agents attach here
                 result = handler(request)
         except BaseException as exc:
             self.tracer.store.put_observation(
-                self._tool_record(ctx, span, request, start, None, exc)
+                self._tool_record(ctx, span, request, seen.call, start, None, exc)
             )
             raise
+        finally:
+            _SEEN_TOOL.reset(token)
         self.tracer.store.put_observation(
-            self._tool_record(ctx, span, request, start, result, None)
+            self._tool_record(ctx, span, request, seen.call, start, result, None)
         )
         return result
 
@@ -429,24 +585,76 @@ class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
         ctx = current_context()
         if ctx is None:
             return await handler(request)
-        span, start = new_span_id(), time.time()
+        span, start, seen = _span_id(), time.time(), _SeenTool()
+        token = _SEEN_TOOL.set(seen)
         try:
             with use_context(TraceContext(ctx.trace_id, span)):
                 result = await handler(request)
         except BaseException as exc:
             self.tracer.store.put_observation(
-                self._tool_record(ctx, span, request, start, None, exc)
+                self._tool_record(ctx, span, request, seen.call, start, None, exc)
             )
             raise
+        finally:
+            _SEEN_TOOL.reset(token)
         self.tracer.store.put_observation(
-            self._tool_record(ctx, span, request, start, result, None)
+            self._tool_record(ctx, span, request, seen.call, start, result, None)
         )
         return result
 
 
-def first_human_text(messages: list[BaseMessage]) -> str | None:
-    """The first human message's text (a trace's input)."""
-    for m in messages:
-        if isinstance(m, HumanMessage):
-            return m.content if isinstance(m.content, str) else str(m.content)
+_USER_ROLES = frozenset({"human", "user"})
+
+
+def _user_text(message: Any) -> str | None:
+    """The text of ``message`` when it is a user message in any form LangChain accepts."""
+    content: Any = None
+    if isinstance(message, BaseMessage):
+        if not isinstance(message, HumanMessage):
+            return None
+        content = message.content
+    elif isinstance(message, str):
+        content = message  # a bare string in a payload is a user message
+    elif isinstance(message, tuple | list) and len(message) == 2:
+        role, content = message
+        if role not in _USER_ROLES:
+            return None
+    elif isinstance(message, dict):
+        if (message.get("role") or message.get("type")) not in _USER_ROLES:
+            return None
+        content = message.get("content")
+    else:
+        return None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content blocks: their text parts
+        return " ".join(
+            b if isinstance(b, str) else str(b.get("text", ""))
+            for b in content
+            if isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text")
+        )
+    return None if content is None else str(content)
+
+
+def request_text(messages: Sequence[Any]) -> str | None:
+    """The request of an invocation: the newest user message among ``messages``.
+
+    ``messages`` are an invocation's input (or a model call's): LangChain messages,
+    ``("user", "...")`` tuples, ``{"role": "user", "content": ...}`` dicts or bare strings.
+    In a multi-turn thread the input holds only the new turn (or the whole history, when
+    the caller keeps it), so the newest user message is this turn's request.
+    """
+    for m in reversed(messages):
+        text = _user_text(m)
+        if text is not None:
+            return text
     return None
+
+
+def first_human_text(messages: Sequence[Any]) -> str | None:
+    """A trace's input: the invocation's request (see :func:`request_text`).
+
+    Kept under its old name for callers; it returns the newest user message, which is the
+    first one whenever the input holds only the new turn.
+    """
+    return request_text(messages)

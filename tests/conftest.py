@@ -12,6 +12,20 @@ import pytest
 REDIS_URL = os.environ.get("EVOHARNESS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _outside_the_working_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Run the suite from a temporary directory: default paths (``.evoharness/traces.db``,
+    ``.evoharness/cold``, ...) resolve there, so no test writes into the repository and no
+    later ``evolve cycle`` learns from test traces. Tests find repository files through
+    ``Path(__file__)``."""
+    before = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def _in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

@@ -703,7 +703,11 @@ class TraceStore:
                     self._overflow = False
         finally:
             conn.close()
-            self._guard(None, self._save_stats)
+            try:  # a last report; at exit the directory may be gone already: not a fault
+                with self._conn() as last:
+                    self._save_stats(last)
+            except Exception as exc:
+                log.debug("trace writer: last stats report failed: %r", exc)
 
     def _guard(
         self, conn: sqlite3.Connection | None, job: Callable[[sqlite3.Connection], Any]

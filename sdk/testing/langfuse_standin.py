@@ -202,6 +202,9 @@ class LangfuseStandIn:
         rows = [self.observation(s) for s in spans]
         if "traceId" in params:
             rows = [r for r in rows if r["traceId"] == params["traceId"]]
+        for param in ("userId", "sessionId", "environment"):  # trace attributes on each span
+            if param in params:
+                rows = [r for r in rows if r[param] == params[param]]
         if "type" in params:
             rows = [r for r in rows if r["type"] == params["type"].upper()]
         if params.get("isRootObservation") == "true":

@@ -91,3 +91,59 @@ def test_traces_cli(recorded: TraceStore, capsys: pytest.CaptureFixture[str]) ->
     assert "observations" in capsys.readouterr().out
     assert main(["traces", "show", "zzz", "--db", db]) == 2
     assert main(["traces", "list", "--db", str(Path(db).with_name("missing.db"))]) == 2
+
+
+def test_both_sources_filter_windows_server_side(tmp_path: Path) -> None:
+    from evoharness.evolve.traces import EpisodeFilter as F
+    from evoharness.harness.tracing import root_span_id, trace_id_for
+
+    store = TraceStore(tmp_path / "w.db", linger_s=0)
+    for i in range(30):
+        tid = trace_id_for(f"w{i}")
+        store.put_trace(
+            {
+                "id": tid,
+                "run_id": f"w{i}",
+                "start_time": 1000.0 + i,
+                "status": "ok",
+                "session_id": f"s{i % 3}",
+                "user_id": "u1",
+                "tags": ["even" if i % 2 == 0 else "odd"],
+                "rollout_arm": "b" if i % 4 == 0 else "a",
+                "artifacts": {"prompt:shop": f"v{i % 2}"},
+                "metadata": {"task_id": f"t{i % 5}"},
+            }
+        )
+        store.put_observation(
+            {
+                "id": root_span_id(tid),
+                "trace_id": tid,
+                "type": "agent",
+                "name": "agent",
+                "start_time": 1000.0 + i,
+            }
+        )
+    assert store.flush(10)
+    filters = [
+        F(session_id="s1", newest_first=True, limit=3),
+        F(tags=["even"], rollout_arm="a", since=1010.0),
+        F(artifacts={"prompt:shop": "v1"}, metadata={"task_id": "t3"}),
+        F(user_id="u1", until=1004.0),
+    ]
+    local = LocalTraceSource(store)
+    with LangfuseStandIn() as lf:
+        exporter = LangfuseExporter(
+            store, public_key="pk-lf-win", secret_key="sk-lf-win", base_url=lf.base_url
+        )
+        assert exporter.drain(30)
+        remote = LangfuseTraceSource(exporter.api, page_size=50)
+        for where in filters:
+            want = [e.run_id for e in local.episodes(where)]
+            assert want, where
+            assert [e.run_id for e in remote.episodes(where)] == want, where
+        before = lf.requests.get("/api/public/v2/observations", 0)
+        got = list(remote.episodes(F(session_id="s1", newest_first=True, limit=3)))
+        calls = lf.requests["/api/public/v2/observations"] - before
+        exporter.stop()
+    assert [e.run_id for e in got] == ["w28", "w25", "w22"]
+    assert calls == 1 + 3  # one page of the session's roots, then details of the three read

@@ -213,6 +213,9 @@ class EvoAgent:
         prompts: Where prompt versions live.
         rollout: Assigns new sessions to rollout arms.
         prompt_variables: Default values for the prompt's variables.
+        adapter: Resolves the model adapter version of a session (called once per session
+            with its thread id, ``None`` for a one-off call), e.g. the serving layer's
+            ``SessionRouter.version_for``; recorded as the trace's ``adapter_version``.
         max_sessions: Pins kept in memory (least recently used dropped first).
     """
 
@@ -226,6 +229,7 @@ class EvoAgent:
         prompts: PromptStore | None = None,
         rollout: RolloutController | None = None,
         prompt_variables: Mapping[str, Any] | None = None,
+        adapter: Callable[[str | None], str | None] | None = None,
         max_sessions: int = 10_000,
     ) -> None:
         if prompt is not None and prompts is None:
@@ -241,6 +245,7 @@ class EvoAgent:
         self.prompts = prompts
         self.rollout = rollout
         self.prompt_variables = dict(prompt_variables or {})
+        self.adapter = adapter
         self.max_sessions = max_sessions
         self._pins: OrderedDict[str, SessionPin] = OrderedDict()
         self._versions: dict[int, PromptVersion] = {}
@@ -267,9 +272,21 @@ class EvoAgent:
             self._versions[number] = cached
         return cached
 
-    def _resolve(self, session: str, unit: str, variables: Mapping[str, Any]) -> SessionPin:
+    def _adapter(self, session: str | None) -> str | None:
+        if self.adapter is None:
+            return None
+        try:
+            return self.adapter(session)
+        except Exception as exc:  # the model serves its default; the trace says nothing false
+            log.warning("adapter version not resolved for session %s: %s", session, exc)
+            return None
+
+    def _resolve(
+        self, session: str, unit: str, variables: Mapping[str, Any], keep: bool
+    ) -> SessionPin:
+        adapter = self._adapter(session if keep else None)
         if self.prompt is None or self.prompts is None:
-            return SessionPin(session)
+            return SessionPin(session, adapter_version=adapter)
         values = {**self.prompt_variables, **variables}
         assignment = Assignment(self.prompt, None)
         try:
@@ -288,6 +305,7 @@ class EvoAgent:
                 rollout_arm=assignment.arm,
                 experiment_id=assignment.experiment_id,
                 fallback="prompt store fallback" if version.fallback else None,
+                adapter_version=adapter,
             )
         except Exception as exc:  # never take the app down: serve the static system prompt
             log.warning(
@@ -299,6 +317,7 @@ class EvoAgent:
                 rollout_arm=assignment.arm,
                 experiment_id=assignment.experiment_id,
                 fallback=f"{type(exc).__name__}: {exc}",
+                adapter_version=adapter,
             )
 
     def _session_of(
@@ -332,7 +351,7 @@ class EvoAgent:
             if pin is not None:
                 self._pins.move_to_end(session)
         if pin is None:
-            pin = self._resolve(session, user or session, variables or {})
+            pin = self._resolve(session, user or session, variables or {}, keep)
             if keep:
                 with self._lock:
                     pin = self._pins.setdefault(session, pin)  # a racing turn may have won
@@ -650,6 +669,7 @@ def create_evo_agent(
     prompts: PromptStore | None = None,
     rollout: RolloutController | None = None,
     prompt_variables: Mapping[str, Any] | None = None,
+    adapter: Callable[[str | None], str | None] | None = None,
     middleware: Sequence[AgentMiddleware[Any, Any, Any]] = (),
     checkpointer: Checkpointer = None,
     tracer: Tracer | None = None,
@@ -660,7 +680,9 @@ def create_evo_agent(
     With ``prompt`` (a prompt artifact name), every new session resolves its version once —
     via ``rollout`` (default: a :class:`RolloutController` over ``registry``) when a rollout is
     running, else the ``active`` label — and keeps it for the whole thread; ``system_prompt``
-    then serves only as the fallback when the prompt cannot be read.
+    then serves only as the fallback when the prompt cannot be read. ``adapter`` resolves the
+    session's model adapter version the same way (e.g. ``SessionRouter.version_for`` of the
+    serving layer, which pins the thread to it).
 
     With a ``tracer``, its middleware goes first (outermost, so harness events nest under
     its spans) and its probe last (innermost, so a generation holds exactly what the model
@@ -701,4 +723,5 @@ def create_evo_agent(
         prompts=prompts,
         rollout=rollout,
         prompt_variables=prompt_variables,
+        adapter=adapter,
     )

@@ -239,3 +239,27 @@ async def test_a_consumer_that_stops_reading_ends_the_session_normally(
     (t,) = traces(store)
     assert t.status == "ok" and t.error is None
     assert ended == [None]
+
+
+def test_the_adapter_version_is_resolved_once_per_session_and_traced(store: TraceStore) -> None:
+    from evoharness.sdk.serving.local import SessionRouter
+
+    router = SessionRouter("policy-v7")
+    agent = create_evo_agent(
+        ScriptedChatModel(policy=lambda m: "ok"),
+        adapter=router.version_for,
+        checkpointer=InMemorySaver(),
+        tracer=Tracer(store),
+    )
+    agent.invoke("hi", thread_id="t1")
+    router.activate("policy-v8")
+    agent.invoke("again", thread_id="t1")
+    agent.invoke("hi", thread_id="t2")
+    one_off = create_evo_agent(
+        ScriptedChatModel(policy=lambda m: "ok"), adapter=router.version_for, tracer=Tracer(store)
+    )
+    one_off.invoke("one-off")  # no thread: the router pins nothing
+    rows = traces(store)
+    assert [t.adapter_version for t in rows] == ["policy-v7", "policy-v7", "policy-v8", "policy-v8"]
+    assert rows[0].artifacts == {"adapter": "policy-v7"}
+    assert router.pinned() == {"policy-v7": 1, "policy-v8": 1}

@@ -260,6 +260,17 @@ class LangfusePromptStore:
         )
         log.info("prompt %r: %s -> v%d by %s (%s)", name, label, version, actor, reason)
 
+    def unlabel(
+        self, name: str, label: str, *, actor: str = "evoharness", reason: str = ""
+    ) -> None:
+        """Remove ``label`` from whichever version carries it (nothing if none does)."""
+        version = self.labels(name).get(label)
+        if version is None:
+            return
+        keep = [lb for lb in self._labels_of(name, version) if lb != _to_lf(label)]
+        self.client.update_prompt(name=name, version=version, new_labels=keep)
+        log.info("prompt %r: %s removed from v%d by %s (%s)", name, label, version, actor, reason)
+
     def promote(
         self, name: str, version: int, *, actor: str = "evoharness", reason: str = ""
     ) -> None:

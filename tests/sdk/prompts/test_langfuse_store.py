@@ -148,3 +148,33 @@ def test_no_fallback_raises_a_clear_picklable_error() -> None:
         store.get("shop")
     err = pickle.loads(pickle.dumps(info.value))
     assert (err.name, err.label) == ("shop", "active")
+
+
+def test_a_rollout_moves_langfuse_labels_and_sessions_follow(
+    standin: LangfuseStandIn, tmp_path: Path
+) -> None:
+    from evoharness.sdk import create_evo_agent
+    from evoharness.sdk.rollout import RolloutController
+    from evoharness.sdk.testing import ScriptedChatModel
+
+    store = LangfusePromptStore(client(standin.base_url), cache_ttl_s=0)
+    store.promote("shop", store.create("shop", PromptTemplate.from_text("one")).version)
+    store.create("shop", PromptTemplate.from_text("two"))
+    registry = open_registry(tmp_path / "reg.db")
+    ctl = RolloutController(registry, store)
+    exp = ctl.start("shop", 2, stages=[0.5, 1.0])
+    assert store.get("shop", label="candidate").version == 2
+    agent = create_evo_agent(
+        ScriptedChatModel(policy=lambda m: str(m[0].content)),
+        prompt="shop",
+        prompts=store,
+        rollout=ctl,
+    )
+    seen = {agent.invoke("hi", user_id=f"u{i}")["messages"][-1].content for i in range(40)}
+    assert seen == {"one", "two"}
+    ctl.promote("shop", reason="ship")
+    assert store.labels("shop") == {"previous": 1, "active": 2}  # candidate label removed
+    assert ctl.current("shop").status == "promoted"  # type: ignore[union-attr]
+    assert [d.action for d in ctl.decisions(exp.id)] == ["promote"]
+    seen = {agent.invoke("hi", user_id=f"u{i}")["messages"][-1].content for i in range(10)}
+    assert seen == {"two"}

@@ -183,3 +183,30 @@ def test_a_nudge_is_given_once(run: Any) -> None:
         "reply_check_failed",
     ]
     assert out["messages"][-1].content == ""
+
+
+def test_a_run_ending_on_an_empty_reply_is_a_warning_in_its_trace(tmp_path: Any) -> None:
+    import asyncio
+
+    from evoharness.harness.tracing import RunInfo, Tracer, TraceStore, trace_id_for
+    from evoharness.sdk.agent import create_evo_agent
+
+    store = TraceStore(tmp_path / "t.db")
+    for mode in ("invoke", "ainvoke"):
+        events = EventLog()
+        agent = create_evo_agent(
+            ScriptedChatModel(script=[good("kettle"), ""]),
+            [search, finish],
+            tracer=Tracer(store),
+            middleware=default_middleware(HarnessConfig(breaker=None), events=events),
+        )
+        payload = {"messages": [HumanMessage("find a kettle")]}
+        info = RunInfo(run_id=f"empty-{mode}")
+        if mode == "invoke":
+            agent.invoke(payload, run=info)
+        else:
+            asyncio.run(agent.ainvoke(payload, run=info))
+        store.flush(5)
+        obs = store.observations(trace_id_for(f"empty-{mode}"))
+        marks = {o.name: o.level for o in obs if o.type == "event"}
+        assert marks == {"reply_empty": "DEFAULT", "reply_check_failed": "WARNING"}

@@ -90,7 +90,8 @@ class Rubric(BaseModel):
 
 
 # Generic signals: judged from the trace alone (no checker, no model). Failing any
-# ``refutes`` item means the run did not succeed; passing them proves nothing.
+# ``refutes`` item means the run did not succeed; passing them proves nothing. Repeated
+# failures and rejected calls only deduct: a run can recover from them.
 SIGNAL_ITEMS: tuple[RubricItem, ...] = (
     RubricItem(
         id="did_nothing",
@@ -129,7 +130,6 @@ SIGNAL_ITEMS: tuple[RubricItem, ...] = (
         id="repeated_failures",
         priority="P1",
         weight=0.2,
-        outcome="refutes",
         description="No call keeps failing with the same arguments",
         avoid_hint="Change approach after a call fails twice instead of repeating it.",
     ),

@@ -84,6 +84,17 @@ def bench_precision() -> None:
     precision.run(echo=console.print)
 
 
+@app.command("judge-quality")
+def bench_judge_quality(
+    policy_tasks: Annotated[int, typer.Option(min=1, max=60)] = 48,
+    per_kind: Annotated[int, typer.Option(min=1, max=60)] = 8,
+) -> None:
+    """Generic judge (no checker) vs the shop checker's truth on a frozen mixed set."""
+    from evoharness.evolve.benchmarks import judge_quality
+
+    judge_quality.run(policy_tasks=policy_tasks, per_kind=per_kind, echo=console.print)
+
+
 # Register new benchmarks above this line (one ``@app.command("<name>")`` function each).
 
 

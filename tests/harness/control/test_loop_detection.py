@@ -184,3 +184,20 @@ def test_a_b_cycle_is_stopped_through_the_agent(run: Any) -> None:
     assert events.counts() == {"loop_hint": 2, "loop_stopped": 1}
     assert out["messages"][-1].content.startswith("Stopping:")
     assert len(model.calls) < 10
+
+
+def test_reflect_called_directly_hints_then_stops() -> None:
+    events = EventLog()
+    mw = LoopDetectionMiddleware(same_call=3, escalate_after=1, events=events)
+    history: list[Any] = [HumanMessage("find a kettle")]
+    decisions = []
+    for i in range(4):
+        reply = calls(("search", {"q": "kettle"}), prefix=f"d{i}-")
+        decided = mw.reflect(history, reply)
+        decisions.append("kept" if decided is reply else "stopped")
+        history += [decided, ToolMessage("3 results", tool_call_id=f"d{i}-0")]
+    assert decisions == ["kept", "kept", "kept", "stopped"]
+    assert [e.kind for e in events.events] == ["loop_hint", "loop_stopped"]
+    stop = history[-2]
+    assert isinstance(stop, AIMessage) and not stop.tool_calls
+    assert str(stop.content).startswith("Stopping: the agent called search")

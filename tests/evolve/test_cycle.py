@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,15 @@ def test_memory_reaches_the_next_session_and_the_trace(
     store.flush(5)
     (trace,) = store.traces()
     assert trace.skill_ids and all(i in system for i in trace.skill_ids)
+    # what the model reads: lessons and strategies are instructions, never descriptions
+    reference = system[system.index("FOR REFERENCE") :]
+    said = [re.sub(r"^- \[[^\]]+\] ", "", line) for line in reference.splitlines()]
+    said = [s for s, line in zip(said, reference.splitlines(), strict=True) if line[:3] == "- ["]
+    assert said and "Avoid:" not in reference
+    assert "As many picks as requested" not in reference
+    assert "The run ends with shopping_summary" not in reference
+    imperative = re.compile(r"^(Never|Always|Do|Check|Pass|Search|Set|Pick|Only|Change|For|Call)\b")
+    assert all(imperative.match(s) for s in said), said
 
 
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:

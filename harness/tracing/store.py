@@ -1301,6 +1301,12 @@ class TraceStore:
             out["export_errors"] = conn.execute("SELECT COUNT(*) FROM export_errors").fetchone()[0]
         return out
 
+    def status_counts(self) -> dict[str, int]:
+        """Traces per status (an index scan)."""
+        with self._conn() as conn:
+            rows = conn.execute("SELECT status, COUNT(*) FROM traces GROUP BY status")
+            return {str(k): int(n) for k, n in rows}
+
     def writers(self) -> list[dict[str, Any]]:
         """What each writer (process) that used this store last reported: its health and
         its record accounting (see :meth:`accounting`)."""

@@ -20,6 +20,7 @@ from rich.tree import Tree
 
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import Observation, TraceStore
+from evoharness.harness.tracing.store import TraceQuery
 
 app = typer.Typer(help="Inspect and export recorded traces.", no_args_is_help=True)
 console = Console(soft_wrap=True)
@@ -59,16 +60,13 @@ def list_traces(
 ) -> None:
     """The newest traces with their status, size and scores."""
     store = _open(db)
-    table = Table(title=f"traces in {db}")
+    table = Table(title=f"traces in {store.path}")
     for col in ("trace id", "run", "status", "started", "secs", "obs", "tokens", "scores"):
         table.add_column(col, overflow="fold")
-    shown = 0
-    for t in store.traces(status=status):
-        if tag and not set(tag) <= set(t.tags):
-            continue
-        obs = store.observations(t.id)
+    where = TraceQuery(status=status, tags=tag or (), newest_first=True, limit=limit)
+    for t, obs, scores_ in store.read(where):  # filtered, ordered and limited in SQL
         tokens = sum(o.usage.total_tokens for o in obs if o.usage)
-        scores = ", ".join(f"{s.name}={s.value}" for s in store.scores(t.id))
+        scores = ", ".join(f"{s.name}={s.value}" for s in scores_)
         secs = f"{t.end_time - t.start_time:.2f}" if t.end_time else "-"
         table.add_row(
             t.id[:12],
@@ -80,9 +78,6 @@ def list_traces(
             str(tokens),
             scores,
         )
-        shown += 1
-        if shown >= limit:
-            break
     console.print(table)
 
 
@@ -149,12 +144,8 @@ def stats(db: DbOption = TRACE_DB) -> None:
     for key, value in counts.items():
         table.add_row(key, str(value))
     table.add_row("spill backlog (lines)", str(store.spill_backlog()))
-    for status in ("running", "ok", "error", "incomplete"):
-        from evoharness.harness.tracing.store import TraceQuery
-
-        n = len(store.query(TraceQuery(status=status)))
-        if n:
-            table.add_row(f"status {status}", str(n))
+    for status, n in store.status_counts().items():
+        table.add_row(f"status {status}", str(n))
     console.print(table)
     keys = ("accepted", "stored", "spilled", "ingested", "dead", "quarantined", "lost")
     for w in store.writers()[:20]:  # one line per writer (process), newest first

@@ -90,10 +90,11 @@ def render_sections(state: dict[str, Any]) -> str:
     The user's messages stay in the window verbatim, so their constraints appear there
     once; TASK STATE only says which ones were restated (the later words apply).
     """
-    task = state.get("task_state") or {}
     memory = state.get("working_memory") or {}
     parts: list[str] = []
-    restated = task.get("restated") or []
+    # the restated note enters with a summary (the prefix changes then anyway): until
+    # then the user's later message sits after the earlier one in the window, which says it
+    restated = memory.get("restated") or []
     if restated:
         parts.append(
             "TASK STATE\nThe user's hard constraints are in their messages, verbatim. "
@@ -273,7 +274,10 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
         )
         update: dict[str, Any] = {
             "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept],
-            "working_memory": {"stable_history_summary": text},
+            "working_memory": {
+                "stable_history_summary": text,
+                "restated": (state.get("task_state") or {}).get("restated") or None,
+            },
             "compression_stats": {
                 "summaries": int(old.get("summaries", 0)) + 1,
                 "tokens_saved": int(old.get("tokens_saved", 0)) + saved,

@@ -28,6 +28,8 @@ class TaskState(TypedDict, total=False):
 
 class WorkingMemory(TypedDict, total=False):
     stable_history_summary: str
+    restated: list[str]
+    """Constraint slots the user restated, as of the last summary (shown in TASK STATE)."""
     decisions: list[str]
     preferences: list[str]
 

@@ -109,8 +109,12 @@ def test_constraints_are_verbatim_and_restatements_replace() -> None:
 
 def test_sections_are_deterministic_and_ordered() -> None:
     state = {
-        "task_state": {"goal": "g", "constraints": {"b": "B.", "a": "A."}, "restated": ["b", "a"]},
-        "working_memory": {"stable_history_summary": "S", "decisions": ["d"]},
+        "task_state": {"goal": "g", "constraints": {"b": "B.", "a": "A."}},
+        "working_memory": {
+            "stable_history_summary": "S",
+            "decisions": ["d"],
+            "restated": ["b", "a"],
+        },
     }
     text = render_sections(state)
     assert text == render_sections(dict(reversed(list(state.items()))))

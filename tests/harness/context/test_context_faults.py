@@ -373,3 +373,52 @@ def test_per_call_measurement_cost_is_flat(tmp_path: Path) -> None:
         mw._measure(req)
         per_call.append(len(encoded) - before)
     assert max(per_call[10:]) <= 2  # the two new messages, whatever the session length
+
+
+def test_table_projection_keeps_every_value_in_fewer_tokens() -> None:
+    from evoharness.harness.context import ProjectionRule, compact
+
+    rows = [
+        {"item_id": f"A-{i}", "title": f"kettle {i}", "price_cny": 100 + i, "note": "a|b"}
+        for i in range(12)
+    ]
+    page = json.dumps({"page": 3, "results": rows})
+    as_json = compact(page, ProjectionRule(tool="t", fields=["item_id", "price_cny", "note"]))
+    table = compact(
+        page, ProjectionRule(tool="t", fields=["item_id", "price_cny", "note"], format="table")
+    )
+    assert as_json is not None and table is not None
+    lines = table.splitlines()
+    assert lines[0] == "page: 3"
+    assert lines[1] == "results (12 records; item_id | price_cny | note):"
+    assert lines[2] == 'A-0 | 100 | "a|b"'  # a cell holding the separator is quoted
+    counter = TokenCounter()
+    assert counter.text(table) < 0.8 * counter.text(as_json)
+    for r in rows:
+        assert r["item_id"] in table and str(r["price_cny"]) in table
+    assert "kettle" not in table  # projected away, as in JSON
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_restated_constraint_appears_once_and_is_flagged_after_a_summary(
+    tmp_path: Path, mode: str
+) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    summ = ScriptedChatModel(policy=lambda m: SUMMARY)
+    mw = middleware(tmp_path, summ, rounds_trigger=3)
+    model = ScriptedChatModel(script=[*calls(4)[:-1], "first", *calls(4)[:-1], "second"])
+    agent = create_agent(model, [lookup], middleware=[mw], checkpointer=InMemorySaver())
+    cfg: Any = {"configurable": {"thread_id": "r"}}
+    second = "Change of plan: Only buy from ebay."
+    for text in (REQUEST, second):
+        payload = {"messages": [HumanMessage(text)]}
+        if mode == "invoke":
+            agent.invoke(payload, cfg)
+        else:
+            asyncio.run(agent.ainvoke(payload, cfg))
+    last = "\n".join(text_of(m) for m in model.calls[-1])
+    assert last.count("Only buy from amazon or ebay.") == 1
+    assert last.count(second) == 1
+    assert "Nothing made of plastic." in last
+    assert "Restated later (the latest statement applies): platform" in last

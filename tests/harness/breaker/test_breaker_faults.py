@@ -347,3 +347,39 @@ def test_many_keys_stay_bounded() -> None:
         b.acquire(f"tool:{i}")
         b.record(f"tool:{i}", failure=False)
     assert b.size() <= 100
+
+
+# -- pybreaker / resilience4j scenarios --------------------------------------------------------
+def test_transition_events_in_order_through_the_middleware() -> None:
+    clock = Clock()
+    b = InMemoryBreakerBackend(
+        BreakerConfig(minimum_calls=2, window_size=4, failure_rate_threshold=0.5), clock=clock
+    )
+    events = EventLog()
+    mw = CircuitBreakerMiddleware(backend=b, key=lambda c: "k", events=events)
+    fail = ToolMessage("down", tool_call_id="c1", status="error")
+    ok = ToolMessage("fine", tool_call_id="c1")
+
+    def handler(result: ToolMessage) -> Any:
+        def run(request: Any) -> Any:
+            request.tool.invoke({})
+            return result
+
+        return run
+
+    for _ in range(2):
+        mw.wrap_tool_call(request_for(ping), handler(fail))
+    assert "circuit open" in str(mw.wrap_tool_call(request_for(ping), handler(ok)).content)
+    clock.t += b.config.open_duration_s
+    mw.wrap_tool_call(request_for(ping), handler(ok))
+    kinds = [e.kind for e in events.events]
+    assert kinds == ["breaker_open", "breaker_rejected", "breaker_half_open", "breaker_closed"]
+
+
+def test_late_probe_result_after_a_failed_probe_is_ignored() -> None:
+    b, _ = opened(open_duration_s=30, half_open_max_calls=2)
+    first, _ = b.acquire("k")
+    second, _ = b.acquire("k")
+    assert b.record("k", failure=True, permit=first)[0].to_state == "open"
+    assert not b.record("k", failure=False, permit=second)  # its lease died with the trip
+    assert b.state("k") == "open"

@@ -292,10 +292,12 @@ class EvoAgent:
         try:
             if self.rollout is not None:
                 assignment = self.rollout.resolve(self.prompt, unit)
+            else:
+                assignment = Assignment(self.prompt, self.prompts.active_version(self.prompt))
             if assignment.version is not None:
                 version = self._version(assignment.version)
             else:
-                version = self.prompts.get(self.prompt)  # the active label (store fallback)
+                version = self.prompts.get(self.prompt)  # no version known: the store's fallbacks
             return SessionPin(
                 session,
                 prompt_name=self.prompt,

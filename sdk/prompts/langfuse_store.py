@@ -202,6 +202,14 @@ class LangfusePromptStore:
         """Label -> version (``production`` reported as ``active``)."""
         return {lb: v.version for v in self.versions(name) for lb in v.labels}
 
+    def active_version(self, name: str) -> int | None:
+        """The ``production`` version's number, through the SDK's prompt cache (``None``
+        when Langfuse cannot tell: the caller then falls back through :meth:`get`)."""
+        try:
+            return int(self._fetch(name, None, ACTIVE).version)
+        except Exception:
+            return None
+
     # -- writes ----------------------------------------------------------------------------
     def create(
         self,

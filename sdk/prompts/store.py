@@ -69,6 +69,10 @@ class PromptStore(Protocol):
         """Label -> version."""
         ...
 
+    def active_version(self, name: str) -> int | None:
+        """The active version's number (cheap: called for every new session)."""
+        ...
+
     def set_label(
         self, name: str, label: str, version: int, *, actor: str = "evoharness", reason: str = ""
     ) -> None:
@@ -237,6 +241,10 @@ class RegistryPromptStore:
     def labels(self, name: str) -> dict[str, int]:
         """Label -> version for ``name``."""
         return self.registry.labels(KIND, name)
+
+    def active_version(self, name: str) -> int | None:
+        """The version the ``active`` label points at (one indexed read)."""
+        return self.registry.labels(KIND, name).get(ACTIVE)
 
     def set_label(
         self, name: str, label: str, version: int, *, actor: str = "evoharness", reason: str = ""

@@ -198,7 +198,7 @@ class RolloutController:
         if exp is not None:
             arm = exp.assign(unit)
             return Assignment(prompt, arm.version, arm.name, exp.id)
-        return Assignment(prompt, self.prompts.labels(prompt).get(ACTIVE))
+        return Assignment(prompt, self.prompts.active_version(prompt))
 
     # -- decisions -------------------------------------------------------------------------
     def monitor(self, prompt: str) -> Monitor:

@@ -25,8 +25,7 @@ from evoharness.evolve.signals import check_signals
 from evoharness.evolve.traces import Episode
 from evoharness.harness.errors import RunError
 from evoharness.harness.tracing.masking import SECRET_PATTERNS, Masker
-
-JUDGE_PROMPT_VERSION = "judge-v1"
+from evoharness.sdk.registry.base import content_hash
 
 
 class Verdict(BaseModel):
@@ -78,6 +77,12 @@ class JudgeFailure(RunError):
 
 
 RuleCheck = Callable[[Episode, Rubric], Sequence[ItemResult]]
+
+
+def prompt_ref(kind: str, name: str, text: str) -> str:
+    """The version of a prompt not read from the registry: ``kind/name#<content hash>``
+    (a changed text is a new version, so what it judged is judged again)."""
+    return f"{kind}/{name}#{content_hash(text).split(':')[-1][:12]}"
 
 
 # -- generic rule checks ---------------------------------------------------------------------
@@ -250,6 +255,9 @@ class LLMJudge:
         votes: Independent replies per episode.
         retries: Extra attempts per vote after an unparsable reply.
         timeout_s: Per model call.
+        prompt: The system prompt (default :data:`JUDGE_PROMPT`; the registry's
+            ``judge_prompt/absolute`` artifact through :mod:`evoharness.evolve.prompts`).
+        prompt_version: Recorded on verdicts (default: :func:`prompt_ref` of the text).
     """
 
     def __init__(
@@ -259,13 +267,15 @@ class LLMJudge:
         votes: int = 3,
         retries: int = 2,
         timeout_s: float = 60.0,
-        prompt_version: str = JUDGE_PROMPT_VERSION,
+        prompt: str | None = None,
+        prompt_version: str | None = None,
     ) -> None:
         self.model = model
         self.votes = votes
         self.retries = retries
         self.timeout_s = timeout_s
-        self.prompt_version = prompt_version
+        self.prompt = prompt or JUDGE_PROMPT
+        self.prompt_version = prompt_version or prompt_ref("judge_prompt", "absolute", self.prompt)
         self.model_name = str(
             getattr(model, "model_name", None)
             or getattr(model, "model", None)
@@ -277,7 +287,7 @@ class LLMJudge:
     def _messages(self, episode: Episode, rubric: Rubric) -> list[Any]:
         items = "\n".join(f"- {i.id} [{i.priority}]: {i.description}" for i in rubric.items)
         return [
-            SystemMessage(JUDGE_PROMPT),
+            SystemMessage(self.prompt),
             HumanMessage(f"Rubric:\n{items}\n\n{_episode_text(episode)}"),
         ]
 
@@ -386,7 +396,6 @@ class Judge:
         )
 
 
-RELATIVE_PROMPT_VERSION = "relative-v1"
 RELATIVE_PROMPT = """You compare several runs of an AI agent on the SAME task (as OpenPipe's
 RULER does). Score each run from 0 to 1 relative to the others: the best run gets the
 highest score, a run that did not do the task scores low. Answer with JSON only:
@@ -410,6 +419,8 @@ class RelativeJudge:
         votes: Independent rankings per group.
         retries: Extra attempts per vote after an unparsable reply.
         timeout_s: Per model call.
+        prompt: The system prompt (default :data:`RELATIVE_PROMPT`).
+        prompt_version: Recorded on verdicts (default: :func:`prompt_ref` of the text).
     """
 
     def __init__(
@@ -419,19 +430,21 @@ class RelativeJudge:
         votes: int = 3,
         retries: int = 2,
         timeout_s: float = 60.0,
-        prompt_version: str = RELATIVE_PROMPT_VERSION,
+        prompt: str | None = None,
+        prompt_version: str | None = None,
     ) -> None:
         self.model = model
         self.votes = votes
         self.retries = retries
         self.timeout_s = timeout_s
-        self.prompt_version = prompt_version
+        self.prompt = prompt or RELATIVE_PROMPT
+        self.prompt_version = prompt_version or prompt_ref("judge_prompt", "relative", self.prompt)
         self.name = f"relative:{getattr(model, 'model_name', None) or type(model).__name__}"
         self.last_error: str | None = None
 
     def _messages(self, group: Sequence[Episode]) -> list[Any]:
         runs = "\n\n".join(f"=== run {e.trace_id} ===\n{_episode_text(e, 2500)}" for e in group)
-        return [SystemMessage(RELATIVE_PROMPT), HumanMessage(runs)]
+        return [SystemMessage(self.prompt), HumanMessage(runs)]
 
     async def _vote(self, group: Sequence[Episode]) -> dict[str, float] | None:
         ids = {e.trace_id for e in group}

@@ -19,9 +19,9 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field, ValidationError
 
 from evoharness.evolve._json import extract_json
+from evoharness.sdk.registry.base import content_hash
 
 Priority = Literal["P0", "P1", "P2"]
-RUBRIC_PROMPT_VERSION = "rubric-v1"
 RULES_VERSION = "rules-v2"
 """The built-in rule items (bumped when they change, so old verdicts are judged again)."""
 RUBRIC_PROMPT = """You write grading rubrics for an AI agent's answer to one user request.
@@ -250,7 +250,10 @@ class RubricGenerator:
         model: Proposes query-specific items; ``None`` = rules only.
         extra_items: Environment rules, e.g. from the shop checker (``callable(query)``).
         cache_path: SQLite cache of model-generated items by (query hash, prompt version).
-        prompt_version: Version of the rubric prompt (part of :attr:`version`).
+        prompt: The rubric prompt (default :data:`RUBRIC_PROMPT`; the registry's
+            ``rubric_prompt/default`` artifact through :mod:`evoharness.evolve.prompts`).
+        prompt_version: Version of the rubric prompt (part of :attr:`version`; default:
+            ``rubric_prompt/default#<content hash>``).
         env_version: The environment's rubric version (part of :attr:`version`, so a new
             environment version re-grades what the old one judged).
     """
@@ -261,13 +264,18 @@ class RubricGenerator:
         model: BaseChatModel | None = None,
         extra_items: Callable[[str], Sequence[RubricItem]] | None = None,
         cache_path: Path | None = None,
-        prompt_version: str = RUBRIC_PROMPT_VERSION,
+        prompt: str | None = None,
+        prompt_version: str | None = None,
         env_version: str = "",
     ) -> None:
         self.model = model
         self.env_version = env_version
         self.extra_items = extra_items
-        self.prompt_version = prompt_version
+        self.prompt = prompt or RUBRIC_PROMPT
+        self.prompt_version = (
+            prompt_version
+            or f"rubric_prompt/default#{content_hash(self.prompt).split(':')[-1][:12]}"
+        )
         self._db: sqlite3.Connection | None = None
         if cache_path is not None:
             cache_path.parent.mkdir(parents=True, exist_ok=True)
@@ -305,7 +313,7 @@ class RubricGenerator:
         cached = self._cached(qh)
         if cached is not None:
             return cached
-        reply = self.model.invoke([SystemMessage(RUBRIC_PROMPT), HumanMessage(query)])
+        reply = self.model.invoke([SystemMessage(self.prompt), HumanMessage(query)])
         try:
             data = extract_json(str(reply.content))
             items = [

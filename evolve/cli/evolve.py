@@ -24,6 +24,7 @@ from evoharness.evolve.environment import (
 )
 from evoharness.evolve.jobs import JudgePool, JudgeReport, judge_episodes, rank_groups
 from evoharness.evolve.judge import Judge, LLMJudge, RelativeJudge
+from evoharness.evolve.judge_prompts import JUDGE_PROMPT_KIND, JudgePrompts
 from evoharness.evolve.memory import MemoryStore
 from evoharness.evolve.routing import route_all
 from evoharness.evolve.rubric import RubricGenerator
@@ -103,6 +104,7 @@ class JudgeSpec:
         api_key_env: str | None = None,
         votes: int = 3,
         temperature: float = 0.0,
+        registry: str | None = None,
     ) -> None:
         if kind not in ("rule", "llm", "relative"):
             raise ConfigError(f"unknown --judge {kind!r}; choose rule, llm or relative")
@@ -118,6 +120,16 @@ class JudgeSpec:
         self.api_key_env = api_key_env
         self.votes = votes
         self.temperature = temperature
+        self.registry = registry
+
+    def prompt(self, name: str) -> tuple[str | None, str | None]:
+        """The active ``judge_prompt/<name>`` text and version from the registry (the
+        built-in text is published as version 1 the first time)."""
+        if self.registry is None:
+            return None, None
+        prompts = JudgePrompts(open_registry(self.registry))
+        prompts.ensure_defaults()
+        return prompts.get(JUDGE_PROMPT_KIND, name)
 
     def chat_model(self) -> BaseChatModel:
         """The judge model (ChatOpenAI against ``base_url``)."""
@@ -142,14 +154,20 @@ class JudgeSpec:
 
     def grader(self, env: EvolveEnvironment) -> Judge:
         """The absolute grader (rules, plus the model with ``--judge llm``)."""
-        llm = LLMJudge(self.chat_model(), votes=self.votes) if self.kind == "llm" else None
+        if self.kind != "llm":
+            return build_judge(env)
+        text, version = self.prompt("absolute")
+        llm = LLMJudge(self.chat_model(), votes=self.votes, prompt=text, prompt_version=version)
         return build_judge(env, llm=llm)
 
     def ranker(self) -> RelativeJudge | None:
         """The relative judge with ``--judge relative``."""
         if self.kind != "relative":
             return None
-        return RelativeJudge(self.chat_model(), votes=self.votes)
+        text, version = self.prompt("relative")
+        return RelativeJudge(
+            self.chat_model(), votes=self.votes, prompt=text, prompt_version=version
+        )
 
 
 def pool_grader(env: str, spec: JudgeSpec) -> Judge:
@@ -239,6 +257,7 @@ def judge(
     rejudge: RejudgeOption = False,
     concurrency: Annotated[int, typer.Option(min=1, max=256)] = 8,
     workers: Annotated[int, typer.Option(min=1, max=32, help="Processes (JudgePool)")] = 1,
+    registry: RegistryOption = REGISTRY,
 ) -> None:
     """Judge every trace that needs it (resumable) and write scores back to the store.
 
@@ -252,6 +271,7 @@ def judge(
         api_key_env=api_key_env,
         votes=votes,
         temperature=temperature,
+        registry=registry,
     )
     plugin = load_plugin(env)
     source = _source(db)
@@ -438,6 +458,7 @@ def cycle(
         api_key_env=api_key_env,
         votes=votes,
         temperature=temperature,
+        registry=registry,
     )
     plugin = load_plugin(env)
     source = _source(db)

@@ -23,14 +23,17 @@ from evoharness.evolve.cli import main
 from evoharness.evolve.cycle import run_cycle
 from evoharness.evolve.environment import build_judge, build_proposer, build_rubrics, load_plugin
 from evoharness.evolve.jobs import judge_episodes
-from evoharness.evolve.judge import Judge, RuleJudge
+from evoharness.evolve.judge import JUDGE_PROMPT, Judge, LLMJudge, RuleJudge
+from evoharness.evolve.judge_prompts import JudgePrompts
 from evoharness.evolve.memory import MemoryStore
-from evoharness.evolve.rubric import RubricGenerator
+from evoharness.evolve.rubric import RUBRIC_PROMPT, RubricGenerator
 from evoharness.evolve.sessions import judge_session, sessions
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource, ToolCallRecord
 from evoharness.harness.tracing import Tracer, TraceStore
+from evoharness.sdk.registry import open_registry
 from evoharness.sdk.runner import run_tasks
+from evoharness.sdk.testing import ScriptedChatModel
 from evoharness.sdk.testing.openai_standin import OpenAIStandIn
 
 HERE = Path(__file__).parent
@@ -278,6 +281,8 @@ def test_llm_judge_from_the_cli(
         for kind in ("nothing", "refuse", "claim", "loop"):
             assert by_kind[kind] == {False}, kind  # rules beat opinions
         assert all(v.judge.startswith("rule+llm:") for v in verdicts.values())
+        # the judge prompt is a registry artifact; verdicts record its version
+        assert {v.judge_prompt_version for v in verdicts.values()} == {"judge_prompt/absolute@v1"}
 
         rel = [*base[:-2], "--state", "rel.db", "--env", ENV, "--judge", "relative"]
         assert main([*rel, *llm, "--votes", "2"]) == 0
@@ -291,6 +296,32 @@ def test_llm_judge_from_the_cli(
         assert "relative" in {s.name for s in reader.scores(some)}
     bad = main([*argv, "--judge-model", "judge", "--api-key-env", "NOT_SET_ANYWHERE"])
     assert bad == 2 and "NOT_SET_ANYWHERE is not set" in capsys.readouterr().err
+
+
+def test_a_new_judge_prompt_version_re_grades(tmp_path: Path) -> None:
+    prompts = JudgePrompts(open_registry(tmp_path / "registry.db"))
+    prompts.ensure_defaults()
+    prompts.ensure_defaults()  # idempotent
+    assert prompts.get("judge_prompt", "absolute")[1] == "judge_prompt/absolute@v1"
+    assert prompts.get("rubric_prompt", "default")[0] == RUBRIC_PROMPT
+    state = EvolveState(tmp_path / "e.db")
+    calls = [ToolCallRecord(name="add", args={"a": 1}, output="1")]
+    episodes = [Episode(trace_id="a" * 32, run_id="r", tool_calls=calls, final_answer="1")]
+    vote = json.dumps({"items": [{"id": "task_done", "passed": True}]})
+
+    def judge() -> Any:
+        text, version = prompts.get("judge_prompt", "absolute")
+        model = ScriptedChatModel(policy=lambda m: vote)
+        llm = LLMJudge(model, votes=1, prompt=text, prompt_version=version)
+        grader = Judge(RuleJudge(), llm)
+        return asyncio.run(
+            judge_episodes(episodes, grader=grader, rubrics=RubricGenerator(), state=state)
+        )
+
+    assert judge().judged == 1 and judge().skipped == 1
+    prompts.publish("judge_prompt", "absolute", "Grade strictly. " + JUDGE_PROMPT, reason="t")
+    assert judge().judged == 1  # the new prompt version re-grades
+    assert state.verdicts()["a" * 32].judge_prompt_version == "judge_prompt/absolute@v2"
 
 
 # -- sessions ---------------------------------------------------------------------------------

@@ -269,7 +269,8 @@ class EvoAgent:
         cached = self._versions.get(number)
         if cached is None:  # versions are immutable: fetch each once
             cached = self.prompts.get(self.prompt, number)
-            self._versions[number] = cached
+            if not cached.fallback:  # a fallback is served, never remembered
+                self._versions[number] = cached
         return cached
 
     def _adapter(self, session: str | None) -> str | None:
@@ -313,11 +314,10 @@ class EvoAgent:
             log.warning(
                 "prompt %r not resolved, using the static system prompt: %s", self.prompt, exc
             )
+            # not counted in any arm: this session did not get its arm's version
             return SessionPin(
                 session,
                 prompt_name=self.prompt,
-                rollout_arm=assignment.arm,
-                experiment_id=assignment.experiment_id,
                 fallback=f"{type(exc).__name__}: {exc}",
                 adapter_version=adapter,
             )

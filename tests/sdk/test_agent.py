@@ -263,3 +263,25 @@ def test_the_adapter_version_is_resolved_once_per_session_and_traced(store: Trac
     assert [t.adapter_version for t in rows] == ["policy-v7", "policy-v7", "policy-v8", "policy-v8"]
     assert rows[0].artifacts == {"adapter": "policy-v7"}
     assert router.pinned() == {"policy-v7": 1, "policy-v8": 1}
+
+
+def test_a_session_that_cannot_render_its_arm_is_not_counted_in_the_arm(
+    tmp_path: Path, store: TraceStore
+) -> None:
+    reg = open_registry(tmp_path / "reg2.db")
+    prompts = RegistryPromptStore(reg)
+    prompts.promote("shop", prompts.create("shop", PromptTemplate.from_text("one")).version)
+    prompts.create("shop", PromptTemplate.from_text("Hello {{name}}"))  # name is required
+    ctl = RolloutController(reg)
+    ctl.start("shop", 2, stages=[0.5, 1.0])
+    agent = create_evo_agent(
+        ScriptedChatModel(policy=echo_system),
+        system_prompt="Static",
+        prompt="shop",
+        registry=reg,
+        tracer=Tracer(store),
+    )
+    assert reply(agent.invoke("hi", user_id=user_on(ctl, "v2"))) == "sys=Static"
+    (t,) = traces(store)
+    assert t.rollout_arm is None and "experiment_id" not in t.metadata
+    assert "prompt variable 'name'" in t.metadata["prompt_fallback"]

@@ -72,8 +72,11 @@ class Experiment(BaseModel):
     @field_validator("stages")
     @classmethod
     def _stages(cls, stages: list[float]) -> list[float]:
-        if not stages or stages[-1] != 1.0:
-            raise ValueError(f"stages must end at 1.0 (full traffic), got {stages}")
+        if len(stages) < 2 or stages[-1] != 1.0:
+            raise ValueError(
+                f"stages must be at least one partial stage and end at 1.0 (full traffic), "
+                f"got {stages}"
+            )
         if any(not 0 < s <= 1 for s in stages) or stages != sorted(set(stages)):
             raise ValueError(f"stages must increase strictly within (0, 1], got {stages}")
         return stages

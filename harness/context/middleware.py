@@ -139,6 +139,60 @@ def _non_text_blocks(m: BaseMessage) -> list[Any]:
     return [b for b in content if isinstance(b, dict) and b.get("type") in _NON_TEXT]
 
 
+def _same(a: BaseMessage, b: BaseMessage) -> bool:
+    """The same message in two consecutive windows (by identity, id, or equal content)."""
+    if a is b:
+        return True
+    if a.id is not None or b.id is not None:
+        return a.id == b.id
+    return a.type == b.type and a.content == b.content
+
+
+class _Ledger:
+    """Running sums over one session's message list: tokens and AI messages.
+
+    Histories are append-only between summaries, so when the previous list's first and
+    last messages are still in place the new list extends it and only the new messages
+    are counted: O(new messages) per call, flat over a session. Otherwise (a summary
+    rebuilt the list) the common prefix is found message by message.
+    """
+
+    __slots__ = ("ais", "humans", "messages", "tokens")
+
+    def __init__(self) -> None:
+        self.messages: list[BaseMessage] = []
+        self.tokens: list[int] = [0]
+        self.ais: list[int] = [0]
+        self.humans: list[tuple[int, BaseMessage]] = []  # (index, message)
+
+    def common(self, seen: Sequence[BaseMessage]) -> int:
+        old = self.messages
+        k = len(old)
+        if k and k <= len(seen) and _same(old[0], seen[0]) and _same(old[-1], seen[k - 1]):
+            return k
+        same = 0
+        for a, b in zip(old, seen, strict=False):
+            if not _same(a, b):
+                break
+            same += 1
+        return same
+
+    def update(self, seen: Sequence[BaseMessage], counter: TokenCounter) -> int:
+        """Adopt ``seen``; returns how many leading messages it shares with the last list."""
+        same = self.common(seen)
+        del self.tokens[same + 1 :]
+        del self.ais[same + 1 :]
+        while self.humans and self.humans[-1][0] >= same:
+            self.humans.pop()
+        for i, m in enumerate(seen[same:], start=same):
+            self.tokens.append(self.tokens[-1] + counter.message(m))
+            self.ais.append(self.ais[-1] + (m.type == "ai"))
+            if m.type == "human":
+                self.humans.append((i, m))
+        self.messages = list(seen)
+        return same
+
+
 def _session_key(messages: Sequence[BaseMessage]) -> str:
     """A session's key: its first message's id (unique per thread), else a text hash."""
     if not messages:
@@ -189,9 +243,10 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
         self.events = events or EventLog()
         self.tools = [read_reference_tool(self.cold)]
         self._rules = {r.tool: r for r in self.config.projections}
-        # per session (keyed by its first message's id): the last window and its running
-        # token sums, so each call measures only what is new (flat cost over a session)
-        self._last: OrderedDict[str, tuple[list[BaseMessage], list[int]]] = OrderedDict()
+        # per session (keyed by its first message's id): the last window and the last
+        # state history with running sums, so each call counts only what is new
+        self._last: OrderedDict[str, _Ledger] = OrderedDict()
+        self._tails: OrderedDict[str, _Ledger] = OrderedDict()
         self._lock = threading.Lock()
         self._fixed_tokens = 0  # system prompt + tool schemas at the last model call
         self._schema_tokens: dict[tuple[int, ...], int] = {}
@@ -200,11 +255,12 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
     # -- on every round, before the model: task state and L3 -------------------------------
     def _task_update(self, state: dict[str, Any]) -> dict[str, Any] | None:
         messages = state["messages"]
-        found = extract(messages)
+        ledger = self._ledger(self._tails, _session_key(messages))
+        ledger.update(messages, self.counter)  # (the user's messages, found incrementally)
+        humans = [m for _, m in ledger.humans]
+        found = extract(humans)
         task = state.get("task_state") or {}
-        goal = task.get("goal") or next(
-            (text_of(m) for m in messages if isinstance(m, HumanMessage)), ""
-        )
+        goal = task.get("goal") or (text_of(humans[0]) if humans else "")
         if found == (task.get("constraints") or {}) and goal == task.get("goal"):
             return None
         before = task.get("constraints")
@@ -218,12 +274,13 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
     def _summary_due(self, state: dict[str, Any]) -> tuple[bool, int]:
         messages = state["messages"]
         c = self.config
-        tail = self.counter.messages(messages)
+        ledger = self._ledger(self._tails, _session_key(messages))
+        ledger.update(messages, self.counter)  # (a no-op after _task_update's)
+        tail, ai = ledger.tokens[-1], ledger.ais[-1]
         # the whole window: system prompt and tool schemas (measured at the last model
         # call) and the rendered sections, not only the messages
         total = tail + self.counter.text(render_sections(state)) + self._fixed_tokens
         stats = state.get("compression_stats") or {}
-        ai = sum(1 for m in messages if m.type == "ai")
         if ai < int(stats.get("retry_at_round") or 0):
             return False, tail  # the summariser failed recently: back off
         rounds = ai - int(stats.get("rounds_at_summary", 0))
@@ -401,6 +458,17 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
             messages.append(SystemMessage(f"LATEST OBSERVATION\n{hot['latest']}"))
         return request.override(system_message=system, messages=messages)
 
+    def _ledger(self, ledgers: OrderedDict[str, _Ledger], key: str) -> _Ledger:
+        with self._lock:
+            ledger = ledgers.get(key)
+            if ledger is None:
+                ledger = ledgers[key] = _Ledger()
+                while len(ledgers) > 1000:  # bounded: the least recently used session goes
+                    ledgers.popitem(last=False)
+            else:
+                ledgers.move_to_end(key)
+            return ledger
+
     def _tool_tokens(self, tools: list[Any]) -> int:
         key = tuple(id(t) for t in tools)
         hit = self._schema_tokens.get(key)
@@ -426,26 +494,13 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
         system = request.system_message
         seen: list[BaseMessage] = [*([system] if system is not None else []), *request.messages]
         key = _session_key(request.messages)
-        with self._lock:
-            previous = self._last.get(key)
-        old, sums = previous if previous is not None else ([], [0])
-        same = 0
-        for a, b in zip(old, seen, strict=False):
-            if a is not b and (a.id is None or a.id != b.id or a.content != b.content):
-                break
-            same += 1
-        new_sums = sums[: same + 1]
-        for m in seen[same:]:
-            new_sums.append(new_sums[-1] + self.counter.message(m))
-        window = new_sums[-1]
-        shared = sums[same]
+        ledger = self._ledger(self._last, key)
+        old = ledger.messages
+        same = ledger.update(seen, self.counter)
+        window = ledger.tokens[-1]
+        shared = ledger.tokens[same]  # the tokens of the messages both calls share
         if same < len(old) and same < len(seen):  # the first differing message, in part
             shared += self.counter.shared_prefix(old[same : same + 1], seen[same : same + 1])
-        with self._lock:
-            self._last[key] = (seen, new_sums)
-            self._last.move_to_end(key)
-            while len(self._last) > 1000:
-                self._last.popitem(last=False)
         prefix = self.counter.message(system) if system is not None else 0
         self._fixed_tokens = prefix + self._tool_tokens(list(request.tools or []))
         self.events.emit(

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 
 from evoharness.harness.tokens import MESSAGE_OVERHEAD_TOKENS, approx_tokens, message_text
 
@@ -64,7 +64,8 @@ class TokenCounter:
         only on a miss), keyed by id and content size.
         """
         content = m.content
-        calls = getattr(m, "tool_calls", None)
+        calls = m.tool_calls if isinstance(m, AIMessage) else None  # (getattr is slow on
+        # pydantic messages without the field)
         key = (m.id or f"obj:{id(m)}", len(content) * 31 + (len(calls) if calls else 0))
         hit = self._cache.get(key)  # a dict read is atomic; no lock on the hot path
         if hit is not None:

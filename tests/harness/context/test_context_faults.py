@@ -370,9 +370,18 @@ def test_per_call_measurement_cost_is_flat(tmp_path: Path) -> None:
             state={"messages": history},
             runtime=None,
         )  # type: ignore[arg-type]
+        mw._plan({"messages": history})  # type: ignore[arg-type]
         mw._measure(req)
         per_call.append(len(encoded) - before)
     assert max(per_call[10:]) <= 2  # the two new messages, whatever the session length
+    # incremental == from scratch, also after the history is rebuilt (a summary's cut)
+    fresh = TokenCounter(encoder=lambda t: len(t) // 4)
+    assert mw._tails[history[0].id or ""].tokens[-1] == fresh.messages(history)
+    rebuilt = [history[0], *history[-6:]]
+    mw._plan({"messages": rebuilt})  # type: ignore[arg-type]
+    ledger = mw._tails[history[0].id or ""]
+    assert ledger.tokens[-1] == fresh.messages(rebuilt) and ledger.ais[-1] == 3
+    assert [m for _, m in ledger.humans] == [history[0]]
 
 
 def test_table_projection_keeps_every_value_in_fewer_tokens() -> None:

@@ -15,10 +15,12 @@ from evoharness.harness.tracing.schema import (
     Observation,
     Score,
     Trace,
+    TraceInfo,
     Usage,
+    Versions,
     migrate_trace,
 )
-from evoharness.harness.tracing.store import TraceStore
+from evoharness.harness.tracing.store import TraceQuery, TraceStore
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -29,10 +31,13 @@ __all__ = [
     "Score",
     "Trace",
     "TraceContext",
+    "TraceInfo",
+    "TraceQuery",
     "TraceStore",
     "Tracer",
     "TracingMiddleware",
     "Usage",
+    "Versions",
     "current_context",
     "migrate_trace",
     "new_span_id",

@@ -508,6 +508,8 @@ class TraceStore:
         self.writer_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._queue: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue(queue_size)
         self._spill_lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        self._next_glob = 0.0
         self._writer: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._stop = threading.Event()
@@ -568,26 +570,30 @@ class TraceStore:
         if self._writer is None:
             self._start()
         item = (kind, record)
+        with self._count_lock:  # counted before the writer can see it: accounting stays exact
+            self.stats["enqueued"] += 1
         try:
             self._queue.put_nowait(item)
+            return
         except queue.Full:
             if self.full_policy == "block" and not self._overflow:
                 try:
                     self._queue.put(item, timeout=self.block_timeout_s)
-                    self.stats["enqueued"] += 1
                     return
                 except queue.Full:
                     self._overflow = True
-            if not self._spill([item]):  # the only way to lose a record; counted, logged
+        with self._count_lock:
+            self.stats["enqueued"] -= 1
+        if not self._spill([item]):  # the only way to lose a record; counted, logged
+            with self._count_lock:
                 self.stats["lost"] += 1
-                if self.stats["lost"] & (self.stats["lost"] - 1) == 0:  # 1, 2, 4, 8, ...
-                    log.error(
-                        "%d trace records lost so far: queue full and %s not writable",
-                        self.stats["lost"],
-                        self.spill_path,
-                    )
-            return
-        self.stats["enqueued"] += 1
+                lost = self.stats["lost"]
+            if lost & (lost - 1) == 0:  # 1, 2, 4, 8, ...
+                log.error(
+                    "%d trace records lost so far: queue full and %s not writable",
+                    lost,
+                    self.spill_path,
+                )
 
     def put_trace(self, trace: Trace | dict[str, Any]) -> None:
         """Enqueue a trace row (upserted: write it at start and again at the end)."""
@@ -633,7 +639,7 @@ class TraceStore:
                         break
                 else:
                     raise OSError("spill file keeps being replaced")
-            self.stats["spilled"] += len(items)
+                self.stats["spilled"] += len(items)
             return True
         except Exception as exc:
             log.debug("spill to %s failed: %s", self.spill_path, exc)
@@ -959,8 +965,13 @@ class TraceStore:
         quarantined in ``dead_letter`` (masked) and the rest is stored.
         """
         pattern = f"{self.spill_path.name}.*.ingest"
-        if not self.spill_path.exists() and not any(self.path.parent.glob(pattern)):
-            return
+        if not self.spill_path.exists():
+            now = time.monotonic()
+            if now < self._next_glob:  # files of dead writers: a directory scan each second
+                return
+            self._next_glob = now + 1.0
+            if not any(self.path.parent.glob(pattern)):
+                return
         self._ingesting = True
         try:
             with self._spill_lock:
@@ -1077,9 +1088,16 @@ class TraceStore:
 
     # -- lifecycle -------------------------------------------------------------------------
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until everything enqueued so far is stored; ``False`` on timeout."""
+        """Wait until everything enqueued so far is stored (spill files included);
+        ``False`` on timeout."""
         deadline = time.monotonic() + timeout
-        while self._queue.unfinished_tasks or self.spill_path.exists() or self._ingesting:
+        claimed = f"{self.spill_path.name}.*.ingest"  # spill files a dead writer had claimed
+        while (
+            self._queue.unfinished_tasks
+            or self.spill_path.exists()
+            or self._ingesting
+            or any(self.path.parent.glob(claimed))
+        ):
             if self._writer is None:
                 self._start()
             if time.monotonic() > deadline:
@@ -1095,8 +1113,11 @@ class TraceStore:
             self._writer.join(timeout=1.0)
         if not flushed:
             log.warning(
-                "trace store closed with %d records unflushed; they are lost unless spilled",
+                "trace store %s closed before everything was stored: %d records still "
+                "queued (lost), %d spilled lines kept for the next writer",
+                self.path,
                 self._queue.unfinished_tasks,
+                self.spill_backlog(),
             )
         return flushed
 

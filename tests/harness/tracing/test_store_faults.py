@@ -349,3 +349,14 @@ def test_partial_score_rejection_keeps_rejected_scores_pending(tmp_path: Path) -
         assert store.export_errors() == {}
         exporter.stop()
     store.close()
+
+
+def test_default_path_finds_the_demo_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    demo = TraceStore(Path(".evoharness/demo/traces.db"), linger_s=0)
+    demo.put_trace({"id": TID, "run_id": "demo-run", "start_time": time.time(), "status": "ok"})
+    assert demo.flush(10)
+    demo.close()
+    result = CliRunner().invoke(app, ["list"])
+    assert result.exit_code == 0, result.output
+    assert "demo-run" in result.output and ".evoharness/demo/traces.db" in result.output

@@ -431,3 +431,20 @@ def test_restated_constraint_appears_once_and_is_flagged_after_a_summary(
     assert last.count(second) == 1
     assert "Nothing made of plastic." in last
     assert "Restated later (the latest statement applies): platform" in last
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_no_summary_below_the_triggers_and_the_prompt_carries_history(
+    tmp_path: Path, mode: str
+) -> None:
+    """LangChain's SummarizationMiddleware cases: nothing below the threshold; above it, the
+    summariser sees the earlier history (and the previous summary, folded in)."""
+    quiet = ScriptedChatModel(policy=lambda m: SUMMARY)
+    _, out = agent_run(middleware(tmp_path, quiet), calls(8), mode)
+    assert quiet.calls == [] and not out.get("compression_stats")
+    asked = ScriptedChatModel(policy=lambda m: SUMMARY)
+    agent_run(middleware(tmp_path, asked, rounds_trigger=3), calls(9), mode)
+    assert len(asked.calls) >= 2
+    first, second = (text_of(p[-1]) for p in asked.calls[:2])
+    assert "AI called lookup" in first and "User: " + REQUEST in first
+    assert second.startswith("Summary so far:\nUser need: buy a kettle")

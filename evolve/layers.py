@@ -1,0 +1,427 @@
+"""Cheapest-layer routing: per bad-case cluster, which layer should fix it, and why.
+
+A *cluster* is the routed cases that failed the same rubric item on the same case pattern
+(the environment's case key). :func:`decide_layers` walks the layers cheapest first and
+stops at the first that can fix the cluster:
+
+1. **ops**: a monitor finding says a tool the failing cases called is decaying. The tool's
+   owners (or the breaker settings) act; teaching the agent around a broken tool is not a fix.
+2. **memory already fixed it**: a memory version added a lesson for this pattern and item,
+   and the failure rate since that version went live is at most ``fixed_ratio`` of the rate
+   before it. Nothing else is triggered: no prompt proposal, no training run.
+3. **memory still settling**: that lesson went live but fewer than ``min_after`` runs of
+   the pattern came since; wait instead of escalating.
+4. **guard rule**: a P0 red line an output rule can enforce (``guard_items``: leaked
+   secrets), in seconds.
+5. **prompt proposal**: memory was tried and did not fix it, the same item fails on
+   ``systemic_patterns`` or more patterns (one lesson per pattern will not generalise), or
+   a context-rot finding names a tool the failing cases called.
+6. **training dataset**: a prompt change did not fix it either (the cluster failed under two
+   or more prompt versions after memory was tried). P2 quality items go to DPO pairs, P0/P1
+   process items to SFT on replayed good runs.
+7. otherwise a **memory entry** (a lesson; seconds to publish, retrieved per session).
+
+Every decision carries its reason with the numbers; :func:`record_decisions` publishes a
+batch as one version of the registry artifact ``layer_decisions/<name>`` (an audited
+``publish`` event), so "why did we train on this?" has an answer later.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from evoharness.evolve.curation import default_pattern
+from evoharness.evolve.memory import MemoryEntry
+from evoharness.evolve.monitor import Finding
+from evoharness.sdk.registry import ArtifactVersion, Registry
+
+DECISIONS_KIND = "layer_decisions"
+"""Registry kind under which decision batches are recorded."""
+
+Action = Literal[
+    "memory_entry", "guard_rule", "prompt_proposal", "training_dataset", "ops", "keep", "none"
+]
+"""``keep``: memory already fixed it (or is still being measured); ``none``: too few cases."""
+ChosenLayer = Literal["memory", "guard", "prompt", "weights", "ops", "none"]
+CaseKey = Callable[[str, Mapping[str, Any]], str]
+
+
+class LayerConfig(BaseModel):
+    """Thresholds of the routing rules (see the module docstring)."""
+
+    min_cases: int = Field(2, ge=1, description="Failing cases before a cluster is acted on")
+    systemic_patterns: int = Field(3, ge=2, description="Patterns failing one item: prompt")
+    min_after: int = Field(3, ge=1, description="Runs after a memory version to judge it")
+    fixed_ratio: float = Field(0.5, ge=0.0, le=1.0, description="Rate after/before: fixed")
+    low_p2: float = Field(3.5, ge=1.0, le=5.0, description="A P2 item below this failed")
+    guard_items: frozenset[str] = frozenset({"leaked_secret"})
+
+
+class MemoryVersion(BaseModel):
+    """One memory snapshot and when it went live."""
+
+    version: int
+    active_since: float
+    entries: list[MemoryEntry] = Field(default_factory=list)
+
+
+class Cluster(BaseModel):
+    """Failing cases of one rubric item on one case pattern.
+
+    Attributes:
+        item: The rubric item (P2 items as ``p2:<name>``).
+        priority: ``P0``, ``P1`` or ``P2``.
+        pattern: The case pattern.
+        failures: Trace ids of the failing cases, oldest first.
+        runs: Judged runs of the pattern (failing or not).
+        tools: Tools the failing cases called that errored.
+        called: Every tool the failing cases called.
+    """
+
+    item: str
+    priority: Literal["P0", "P1", "P2"]
+    pattern: str
+    failures: list[str] = Field(default_factory=list)
+    runs: int = 0
+    tools: list[str] = Field(default_factory=list)
+    called: list[str] = Field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        """``item | pattern``."""
+        return f"{self.item} | {self.pattern}"
+
+    @property
+    def failure_rate(self) -> float:
+        """Failing share of the pattern's runs."""
+        return len(self.failures) / max(self.runs, 1)
+
+
+class LayerDecision(BaseModel):
+    """What to do about one cluster, and why."""
+
+    cluster: str
+    item: str
+    priority: str
+    pattern: str
+    layer: ChosenLayer
+    action: Action
+    reason: str
+    cases: int
+    runs: int
+    failure_rate: float
+    dataset: Literal["sft", "dpo"] | None = None
+    memory_version: int | None = None
+    failure_before: float | None = None
+    failure_after: float | None = None
+    findings: list[str] = Field(default_factory=list)
+    trace_ids: list[str] = Field(default_factory=list)
+
+
+def _failed_items(
+    verdict: Mapping[str, Any], low_p2: float
+) -> list[tuple[str, Literal["P0", "P1", "P2"]]]:
+    out: list[tuple[str, Literal["P0", "P1", "P2"]]] = [
+        (i, "P0") for i in verdict.get("p0_failures") or []
+    ]
+    out += [(i, "P1") for i in verdict.get("p1_failures") or []]
+    out += [
+        (f"p2:{k}", "P2")
+        for k, v in (verdict.get("p2") or {}).items()
+        if isinstance(v, int | float) and v < low_p2
+    ]
+    return out
+
+
+def _key_of(case_key: CaseKey | None) -> Callable[[Mapping[str, Any]], str]:
+    def key(pkg: Mapping[str, Any]) -> str:
+        query = str(pkg.get("query") or "")
+        if case_key is not None:
+            return case_key(query, pkg.get("metadata") or {})
+        return default_pattern(query)
+
+    return key
+
+
+def _dedupe(packages: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    seen: dict[str, Mapping[str, Any]] = {}
+    for p in packages:
+        seen.setdefault(str(p["trace_id"]), p)
+    return sorted(seen.values(), key=lambda p: (float(p.get("start_time") or 0), p["trace_id"]))
+
+
+def build_clusters(
+    packages: Iterable[Mapping[str, Any]],
+    *,
+    case_key: CaseKey | None = None,
+    config: LayerConfig | None = None,
+) -> list[Cluster]:
+    """Group routed cases (diagnosis packages of every pool) into failure clusters."""
+    c = config or LayerConfig()
+    key = _key_of(case_key)
+    runs: dict[str, int] = defaultdict(int)
+    clusters: dict[tuple[str, str], Cluster] = {}
+    for pkg in _dedupe(packages):
+        pattern = key(pkg)
+        runs[pattern] += 1
+        calls = [t for t in pkg.get("tool_calls") or [] if isinstance(t, Mapping)]
+        errored = {str(t.get("name")) for t in calls if t.get("error")}
+        called = {str(t.get("name")) for t in calls}
+        for item, priority in _failed_items(pkg.get("verdict") or {}, c.low_p2):
+            cl = clusters.setdefault(
+                (item, pattern),
+                Cluster(item=item, priority=priority, pattern=pattern),
+            )
+            cl.failures.append(str(pkg["trace_id"]))
+            cl.tools = sorted(set(cl.tools) | errored)
+            cl.called = sorted(set(cl.called) | called)
+    for (_, pattern), cl in clusters.items():
+        cl.runs = runs[pattern]
+    return sorted(clusters.values(), key=lambda cl: (-len(cl.failures), cl.key))
+
+
+def memory_history(registry: Registry, name: str = "default") -> list[MemoryVersion]:
+    """Every memory snapshot of ``memory/<name>`` with the time it first went live."""
+    live: dict[int, float] = {}
+    for e in registry.events("memory", name):
+        if e.label == "active" and e.version is not None and e.action != "unlabel":
+            live.setdefault(e.version, e.at)
+    return [
+        MemoryVersion(
+            version=v.version,
+            active_since=live[v.version],
+            entries=[MemoryEntry.model_validate(d) for d in v.content or []],
+        )
+        for v in registry.versions("memory", name)
+        if v.version in live
+    ]
+
+
+def _targeting(
+    cl: Cluster, history: Sequence[MemoryVersion], hints: Mapping[str, str]
+) -> MemoryVersion | None:
+    """The first memory version with a lesson for this cluster's pattern (and item)."""
+    hint = hints.get(cl.item)
+    for mv in sorted(history, key=lambda m: m.active_since):
+        for e in mv.entries:
+            if e.kind != "lesson" or e.retired or e.query_pattern != cl.pattern:
+                continue
+            if hint is None or hint in e.avoid_hints or hint == e.summary:
+                return mv
+    return None
+
+
+def _rates(
+    cl: Cluster, times: Mapping[str, float], pattern_runs: Sequence[float], since: float
+) -> tuple[float | None, float | None, int]:
+    before_runs = sum(t < since for t in pattern_runs)
+    after_runs = len(pattern_runs) - before_runs
+    fails_before = sum(times.get(t, 0.0) < since for t in cl.failures)
+    fails_after = len(cl.failures) - fails_before
+    before = fails_before / before_runs if before_runs else None
+    after = fails_after / after_runs if after_runs else None
+    return before, after, after_runs
+
+
+def decide_layers(
+    packages: Iterable[Mapping[str, Any]],
+    *,
+    findings: Sequence[Finding] = (),
+    memory: Sequence[MemoryVersion] = (),
+    case_key: CaseKey | None = None,
+    hints: Mapping[str, str] | None = None,
+    prompt_versions: Mapping[str, str | None] | None = None,
+    config: LayerConfig | None = None,
+) -> list[LayerDecision]:
+    """Decide, per failure cluster, the cheapest layer that can fix it (pure function).
+
+    Args:
+        packages: Diagnosis packages of every pool (``EvolveState.pool(route)`` for each
+            route; duplicates by trace id are merged): bad cases give the clusters, all
+            cases give each pattern's number of runs.
+        findings: The monitor's latest findings (:func:`~evoharness.evolve.monitor.read_findings`).
+        memory: Memory snapshots with the time each went live (:func:`memory_history`).
+        case_key: The environment's case key (``EvolveEnvironment.case_key``); default: the
+            query's first content words.
+        hints: Rubric item -> the lesson text curation writes for it (to tell which lesson
+            targets which item; without it any lesson on the pattern counts).
+        prompt_versions: Trace id -> prompt version the run used (to tell whether a prompt
+            change was already tried).
+        config: Thresholds.
+
+    Returns:
+        One decision per cluster, largest clusters first.
+    """
+    c = config or LayerConfig()
+    pkgs = _dedupe(packages)
+    key = _key_of(case_key)
+    times = {str(p["trace_id"]): float(p.get("start_time") or 0.0) for p in pkgs}
+    by_pattern: dict[str, list[float]] = defaultdict(list)
+    for p in pkgs:
+        by_pattern[key(p)].append(float(p.get("start_time") or 0.0))
+    clusters = build_clusters(pkgs, case_key=case_key, config=c)
+    patterns_per_item: dict[str, set[str]] = defaultdict(set)
+    for cl in clusters:
+        if len(cl.failures) >= c.min_cases:
+            patterns_per_item[cl.item].add(cl.pattern)
+    decaying = {f.subject.removeprefix("tool="): f for f in findings if f.check == "tool_decay"}
+    rotten = {
+        t: f
+        for f in findings
+        if f.check == "context_rot" and f.metric == "unregistered_tools"
+        for t in f.detail.get("tools", [])
+    }
+    stale = [f for f in findings if f.check == "stale_preference_data"]
+    out: list[LayerDecision] = []
+    for cl in clusters:
+        base: dict[str, Any] = {
+            "cluster": cl.key,
+            "item": cl.item,
+            "priority": cl.priority,
+            "pattern": cl.pattern,
+            "cases": len(cl.failures),
+            "runs": cl.runs,
+            "failure_rate": round(cl.failure_rate, 4),
+            "trace_ids": cl.failures[:50],
+        }
+
+        def decide(layer: ChosenLayer, action: Action, reason: str, **extra: Any) -> None:
+            out.append(LayerDecision(**base, layer=layer, action=action, reason=reason, **extra))  # noqa: B023
+
+        if len(cl.failures) < c.min_cases:
+            decide("none", "none", f"{len(cl.failures)} case(s) < min_cases={c.min_cases}")
+            continue
+        broken = sorted(t for t in cl.tools if t in decaying)
+        if broken:
+            decide(
+                "ops",
+                "ops",
+                f"tool decay on {', '.join(broken)} ({decaying[broken[0]].message}); fix the "
+                "tool or its breaker settings, not the agent",
+                findings=[decaying[t].subject for t in broken],
+            )
+            continue
+        target = _targeting(cl, memory, hints or {})
+        memory_extra: dict[str, Any] = {}
+        tried = False
+        memory_note = ""
+        if target is not None:
+            before, after, n_after = _rates(cl, times, by_pattern[cl.pattern], target.active_since)
+            memory_extra = {
+                "memory_version": target.version,
+                "failure_before": None if before is None else round(before, 4),
+                "failure_after": None if after is None else round(after, 4),
+            }
+            rates = f"{_pct(before)} before -> {_pct(after)} after ({n_after} runs since)"
+            if n_after < c.min_after:
+                decide(
+                    "memory",
+                    "keep",
+                    f"memory v{target.version} targets this cluster; only {n_after} run(s) "
+                    f"since it went live (< {c.min_after}): wait before escalating",
+                    **memory_extra,
+                )
+                continue
+            if after is not None and (before is None or after <= c.fixed_ratio * before):
+                decide(
+                    "memory",
+                    "keep",
+                    f"memory v{target.version} fixed it: failure rate {rates}; no prompt "
+                    "proposal or training needed",
+                    **memory_extra,
+                )
+                continue
+            tried = True
+            memory_note = f"memory v{target.version} did not fix it ({rates})"
+        if cl.priority == "P0" and cl.item in c.guard_items:
+            decide(
+                "guard",
+                "guard_rule",
+                f"P0 {cl.item} on {len(cl.failures)}/{cl.runs} runs: an output rule enforces "
+                "it in seconds",
+                **memory_extra,
+            )
+            continue
+        rot = sorted(t for t in cl.called if t in rotten)
+        if rot:
+            decide(
+                "prompt",
+                "prompt_proposal",
+                f"the prompt names unregistered tool(s) {', '.join(rot)} that the failing "
+                "runs called: fix the prompt text",
+                findings=[rotten[t].subject for t in rot],
+                **memory_extra,
+            )
+            continue
+        prompts = {
+            v
+            for t in cl.failures
+            if prompt_versions is not None and (v := prompt_versions.get(t)) is not None
+        }
+        if tried and len(prompts) >= 2:
+            dataset: Literal["sft", "dpo"] = "dpo" if cl.priority == "P2" else "sft"
+            note = f"; {stale[0].message}" if stale and dataset == "dpo" else ""
+            decide(
+                "weights",
+                "training_dataset",
+                f"{memory_note} and it failed under prompt versions "
+                f"{', '.join(sorted(prompts))}: add to the next {dataset.upper()} dataset{note}",
+                dataset=dataset,
+                findings=[f.subject for f in stale] if dataset == "dpo" else [],
+                **memory_extra,
+            )
+            continue
+        spread = len(patterns_per_item[cl.item])
+        if tried or spread >= c.systemic_patterns:
+            why = (
+                memory_note
+                if tried
+                else f"{cl.item} fails on {spread} patterns (>= {c.systemic_patterns}): one "
+                "lesson per pattern will not generalise"
+            )
+            decide("prompt", "prompt_proposal", f"{why}: propose a prompt change", **memory_extra)
+            continue
+        decide(
+            "memory",
+            "memory_entry",
+            f"{cl.priority} {cl.item} on {len(cl.failures)}/{cl.runs} runs of this pattern and "
+            "no lesson for it yet: a memory entry is the cheapest fix",
+        )
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0%}"
+
+
+def summarize_decisions(decisions: Sequence[LayerDecision]) -> dict[str, int]:
+    """Action -> number of clusters."""
+    out: dict[str, int] = defaultdict(int)
+    for d in decisions:
+        out[d.action] += 1
+    return dict(sorted(out.items()))
+
+
+def record_decisions(
+    registry: Registry,
+    decisions: Sequence[LayerDecision],
+    *,
+    name: str = "default",
+    author: str = "evoharness",
+) -> ArtifactVersion:
+    """Publish a batch of decisions as the next version of ``layer_decisions/<name>``.
+
+    The registry audits the publish; an identical batch to the latest one is not published
+    again (the registry returns the latest version).
+    """
+    return registry.publish(
+        DECISIONS_KIND,
+        name,
+        [d.model_dump(mode="json") for d in decisions],
+        metadata={"actions": summarize_decisions(decisions), "clusters": len(decisions)},
+        author=author,
+    )

@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from evoharness.evolve.cli import bench, demo
+from evoharness.evolve.cli import bench, demo, monitor, report
 from evoharness.evolve.cli import evolve as evolve_cmd
 from evoharness.sdk import cli as sdk_cli
 from evoharness.sdk import cli_prompts
@@ -30,6 +30,8 @@ GROUPS: list[tuple[str, typer.Typer]] = [
 # ... and one line per top-level command (name, function).
 COMMANDS: list[tuple[str, Callable[..., Any]]] = [
     ("demo", demo.demo),
+    ("monitor", monitor.monitor),
+    ("report", report.report),
 ]
 
 

@@ -95,6 +95,17 @@ def bench_judge_quality(
     judge_quality.run(policy_tasks=policy_tasks, per_kind=per_kind, echo=console.print)
 
 
+@app.command("monitor")
+def bench_monitor(
+    seeds: Annotated[int, typer.Option(min=5, help="Streams per drop size.")] = 20,
+    stable_seeds: Annotated[int, typer.Option(min=5, help="Stable streams.")] = 40,
+) -> None:
+    """Injected quality drops: the monitor's sequential test vs a peeked z-test."""
+    from evoharness.evolve.benchmarks import monitor
+
+    monitor.run(seeds=seeds, stable_seeds=stable_seeds, echo=console.print)
+
+
 # Register new benchmarks above this line (one ``@app.command("<name>")`` function each).
 
 

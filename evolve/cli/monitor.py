@@ -1,0 +1,139 @@
+"""``evoharness monitor``: run the degradation monitor, record and show its findings."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from evoharness.evolve.monitor import (
+    DriftConfig,
+    Finding,
+    environment_tools,
+    read_findings,
+    run_monitor,
+)
+from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
+from evoharness.harness import ConfigError
+from evoharness.harness.tracing import TraceStore
+from evoharness.sdk.cli import console
+from evoharness.sdk.cli.traces import TRACE_DB
+from evoharness.sdk.registry import open_registry
+
+REGISTRY = str(Path(".evoharness") / "registry.db")
+STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
+
+
+def show_findings(findings: list[Finding], *, title: str) -> None:
+    """Print findings as a table (most severe first), with the layer that should act."""
+    if not findings:
+        console.print(f"{title}: [green]no findings[/green]")
+        return
+    table = Table(title=title)
+    for col in ("severity", "layer", "check", "subject", "finding"):
+        table.add_column(col, overflow="fold")
+    for f in findings:
+        table.add_row(
+            f"[{STYLE[f.severity]}]{f.severity}[/]",
+            f.layer,
+            f.check,
+            escape(f.subject),
+            escape(f.message),
+        )
+    console.print(table)
+
+
+def monitor(
+    db: Annotated[Path, typer.Option("--db", help="Local trace store (SQLite).")] = TRACE_DB,
+    registry: Annotated[
+        str,
+        typer.Option(
+            envvar="EVOHARNESS_REGISTRY",
+            help="Artifact registry (prompts, adapters): a SQLite path or postgresql://...",
+        ),
+    ] = REGISTRY,
+    env: Annotated[
+        str | None,
+        typer.Option(
+            help="Environment plugin whose tools count as registered (default: tools seen "
+            "in the most recent runs)."
+        ),
+    ] = None,
+    datasets: Annotated[
+        list[Path] | None,
+        typer.Option("--datasets", help="Folder(s) with dataset manifests (stale DPO data)."),
+    ] = None,
+    hours: Annotated[
+        float | None, typer.Option(min=0.0, help="Only runs of the last N hours.")
+    ] = None,
+    tag: Annotated[
+        list[str] | None, typer.Option("--tag", help="Only runs with these tags")
+    ] = None,
+    reference: Annotated[int, typer.Option(min=2, help="Runs in the reference window.")] = 50,
+    batch: Annotated[int, typer.Option(min=1, help="Look after every N runs.")] = 10,
+    alpha: Annotated[float, typer.Option(min=1e-6, max=0.5, help="False-alarm rate.")] = 0.05,
+    record: Annotated[
+        bool, typer.Option(help="Record the findings in the store (one monitor trace).")
+    ] = True,
+    show: Annotated[
+        bool, typer.Option("--show", help="Only show the latest recorded findings.")
+    ] = False,
+) -> None:
+    """Quality drift, tool decay, stale preference data, context rot: who should act."""
+    if not db.exists():
+        raise ConfigError(f"no trace store at {db}; run `evoharness run` first or pass --db")
+    store = TraceStore(db)
+    source = LocalTraceSource(store)
+    if show:
+        show_findings(read_findings(source), title="latest monitor findings")
+        return
+    reg = (
+        open_registry(registry)
+        if registry and ("://" in registry or Path(registry).exists())
+        else None
+    )
+    tools = environment_tools(env) if env else None
+    where = EpisodeFilter(
+        tags=tag or [], since=None if hours is None else time.time() - hours * 3600
+    )
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("monitor", total=None, info="")
+
+        def tick(step: str, done: int, total: int) -> None:
+            if total:
+                progress.update(task, description=step, completed=done, total=total, info="")
+            else:
+                progress.update(task, description=step, info=f"{done} runs")
+
+        report = run_monitor(
+            source,
+            registry=reg,
+            config=DriftConfig(reference=reference, batch=batch, alpha=alpha),
+            where=where,
+            registered_tools=tools,
+            dataset_dirs=datasets or [],
+            record_to=store if record else None,
+            on_progress=tick,
+        )
+    console.print(
+        f"read {report.episodes} runs ({report.judged} judged), {report.tool_calls} tool calls"
+        f" in {report.seconds:.1f} s"
+        + (f"; recorded as trace {report.trace_id}" if report.trace_id else "")
+    )
+    show_findings(report.findings, title="monitor findings")
+    store.close()
+    if reg is not None:
+        reg.close()

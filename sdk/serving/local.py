@@ -34,7 +34,7 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.tool import InvalidToolCall, ToolCall
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import Runnable, ensure_config
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
@@ -276,9 +276,9 @@ class AdapterPool:
         return text, prompt_ids, completion_ids
 
 
-def current_session() -> str | None:
-    """The LangGraph ``thread_id`` of the run calling the model, if any."""
-    configurable = ensure_config().get("configurable") or {}
+def current_session(config: RunnableConfig | None = None) -> str | None:
+    """The LangGraph ``thread_id`` of ``config`` (default: the run calling the model)."""
+    configurable = (config or ensure_config()).get("configurable") or {}
     thread = configurable.get("thread_id")
     return str(thread) if thread is not None else None
 
@@ -315,6 +315,30 @@ class LocalChatModel(BaseChatModel):
         schemas = [convert_to_openai_tool(t) for t in tools]
         return self.bind(tools=schemas, **kwargs)
 
+    def invoke(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AIMessage:
+        """As ``BaseChatModel.invoke``; the config's ``thread_id`` picks the pinned version."""
+        kwargs.setdefault("session", current_session(config))
+        return super().invoke(input, config, stop=stop, **kwargs)
+
+    async def ainvoke(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AIMessage:
+        """As ``BaseChatModel.ainvoke``; the config's ``thread_id`` picks the pinned version."""
+        kwargs.setdefault("session", current_session(config))
+        return await super().ainvoke(input, config, stop=stop, **kwargs)
+
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -323,7 +347,8 @@ class LocalChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         tools = kwargs.get("tools")
-        version = self.router.version_for(current_session()) if self.router else self.adapter
+        session = kwargs.get("session") or current_session()
+        version = self.router.version_for(session) if self.router else self.adapter
         text, prompt_ids, completion_ids = self.pool.generate(
             to_chat(messages),
             tools=tools,

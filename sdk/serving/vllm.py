@@ -98,6 +98,7 @@ class VLLMAdapterManager:
         self.state_path = Path(state_path) if state_path else None
         self._lock = threading.RLock()
         self._http = httpx.Client(timeout=timeout_s, headers={"Authorization": f"Bearer {api_key}"})
+        self._clients: dict[str, Any] = {}
         self.state = ManagerState()
         if self.state_path is not None and self.state_path.exists():
             self.state = ManagerState.model_validate_json(self.state_path.read_text())
@@ -112,9 +113,15 @@ class VLLMAdapterManager:
         os.replace(tmp, self.state_path)
 
     def _client(self, replica: str) -> Any:
-        from openai import OpenAI
+        client = self._clients.get(replica)
+        if client is None:
+            from openai import OpenAI
 
-        return OpenAI(base_url=replica, api_key=self.api_key, timeout=self.timeout_s, max_retries=0)
+            client = OpenAI(
+                base_url=replica, api_key=self.api_key, timeout=self.timeout_s, max_retries=0
+            )
+            self._clients[replica] = client
+        return client
 
     def _post(self, replica: str, path: str, body: dict[str, Any], adapter: str) -> httpx.Response:
         try:
@@ -323,8 +330,11 @@ class VLLMAdapterManager:
         )
 
     def close(self) -> None:
-        """Close the HTTP client."""
+        """Close the HTTP clients."""
         self._http.close()
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
 
     def snapshot(self) -> dict[str, Any]:
         """The routing table, for logs and status commands."""

@@ -77,7 +77,9 @@ def test_source_satisfies_protocol() -> None:
 def test_sft_rows_from_goodcases_with_provenance_and_task_split(tmp_path: Path) -> None:
     data = build_sft(_source(), tools=TOOLS, val_fraction=0.4, seed=1)
     rows = data.rows("train") + data.rows("val")
-    assert rows and all(r["messages"][-1] == {"role": "assistant", "content": "item-1"} for r in rows)
+    assert rows and all(
+        r["messages"][-1] == {"role": "assistant", "content": "item-1"} for r in rows
+    )
     assert all(r["tools"] == TOOLS for r in rows)
     assert rows[0]["messages"][2]["tool_calls"][0]["function"] == {
         "name": "search",

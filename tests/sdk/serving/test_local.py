@@ -1,0 +1,129 @@
+"""CPU serving: tool-call parsing, adapter hot-swap, session pinning (tiny model)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.tools import tool
+
+from evoharness.harness import ConfigError
+from evoharness.sdk.serving.local import BASE, SessionRouter, parse_tool_calls, to_chat
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def test_parse_valid_and_invalid_tool_calls() -> None:
+    text = (
+        'Let me look.\n<tool_call>\n{"name": "search", "arguments": {"q": "kettle"}}\n</tool_call>'
+        '\n<tool_call>\n{"name": "calc", "arguments": "{\\"x\\": 1}"}\n</tool_call>'
+        '\n<tool_call>\n{"name": "broken", "arguments": {"q": </tool_call>'
+        "\n<tool_call>\n[1, 2]\n</tool_call>"
+    )
+    content, calls, invalid = parse_tool_calls(text)
+    assert content == "Let me look."
+    assert [(c["name"], c["args"]) for c in calls] == [
+        ("search", {"q": "kettle"}),
+        ("calc", {"x": 1}),
+    ]
+    assert [i["name"] for i in invalid] == ["broken", None]
+    assert all(i["error"] for i in invalid)
+    assert len({c["id"] for c in calls} | {i["id"] for i in invalid}) == 4
+    # an unterminated block at the end of a truncated completion still parses
+    _, calls, _ = parse_tool_calls('<tool_call>\n{"name": "a", "arguments": {}}')
+    assert [c["name"] for c in calls] == ["a"]
+    assert parse_tool_calls("just words") == ("just words", [], [])
+
+
+def test_session_router_pins_sessions() -> None:
+    router = SessionRouter()
+    assert router.version_for("a") == BASE
+    router.activate("p-v1")
+    assert router.version_for("a") == BASE and router.version_for("b") == "p-v1"
+    assert router.version_for(None) == "p-v1"
+    assert router.pinned() == {BASE: 1, "p-v1": 1}
+    assert router.release("a") == BASE
+    assert router.version_for("a") == "p-v1"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
+    """A tiny base model and two distinct LoRA adapters saved next to it."""
+    for module in ("torch", "transformers", "peft"):
+        pytest.importorskip(module, reason="the train extra is not installed (see docs/weights.md)")
+    import torch
+    from peft import get_peft_model
+
+    from evoharness.evolve.train.config import LoRASpec
+    from evoharness.evolve.train.model import load_model
+    from evoharness.evolve.train.tiny import build_tiny_model
+
+    root = tmp_path_factory.mktemp("serving")
+    corpus = ['<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call> hello'] * 20
+    base = str(build_tiny_model(root / "base", corpus))
+    adapters = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        model = get_peft_model(load_model(base), LoRASpec(r=4).peft())
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 2.0)  # a strong, distinct adapter per seed
+        model.save_pretrained(root / f"v{seed}")
+        adapters.append(str(root / f"v{seed}"))
+    return base, adapters[0], adapters[1]
+
+
+def test_hot_swap_and_session_pinning(served: tuple[str, str, str]) -> None:
+    from evoharness.sdk.serving.local import AdapterPool, LocalChatModel
+
+    base, v1, v2 = served
+    pool = AdapterPool(base, dtype="float32", threads=1)
+    router = SessionRouter()
+    model = LocalChatModel(pool=pool, router=router, max_new_tokens=6)
+    prompt = [SystemMessage("be brief"), HumanMessage("hi")]
+
+    def ask(session: str) -> tuple[str, list[int]]:
+        reply = model.invoke(prompt, config={"configurable": {"thread_id": session}})
+        meta = reply.response_metadata
+        assert meta["prompt_token_ids"] and reply.usage_metadata
+        return meta["adapter"], meta["completion_token_ids"]
+
+    base_version, base_ids = ask("early")
+    assert base_version == BASE
+    pool.load("p-v1", v1)
+    pool.load("p-v2", v2)
+    router.activate("p-v1")
+    assert ask("s1")[0] == "p-v1"
+    v1_ids = ask("s1")[1]
+    router.activate("p-v2")  # hot swap: new sessions get v2, s1 and "early" keep theirs
+    assert ask("s2")[0] == "p-v2"
+    v2_ids = ask("s2")[1]
+    assert ask("s1") == ("p-v1", v1_ids)
+    assert ask("early") == (BASE, base_ids)  # the base model with adapters disabled
+    assert len({tuple(base_ids), tuple(v1_ids), tuple(v2_ids)}) == 3  # distinct weights
+    assert pool.swap_seconds  # set_adapter ran between versions
+    with pytest.raises(ConfigError, match="immutable"):
+        pool.load("p-v1", v2)
+    pool.unload("p-v1")
+    with pytest.raises(ConfigError, match="not loaded"):
+        ask("s1")
+
+
+def test_tools_are_rendered_by_the_chat_template(served: tuple[str, str, str]) -> None:
+    from evoharness.sdk.serving.local import AdapterPool, LocalChatModel
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    pool = AdapterPool(served[0], dtype="float32", threads=1)
+    bound = LocalChatModel(pool=pool, max_new_tokens=4).bind_tools([add])
+    reply = bound.invoke([HumanMessage("2+2?")])
+    prompt = pool.tokenizer.decode(reply.response_metadata["prompt_token_ids"])
+    assert "<tools>" in prompt and '"name": "add"' in prompt
+    chat = to_chat([reply, HumanMessage("x")])
+    assert chat[0]["role"] == "assistant" and json.dumps(chat)

@@ -106,6 +106,25 @@ def bench_monitor(
     monitor.run(seeds=seeds, stable_seeds=stable_seeds, echo=console.print)
 
 
+@app.command("weights")
+def bench_weights(
+    val_tasks: Annotated[int, typer.Option(min=1, help="Fixed val subset (first N).")] = 2,
+    sft_steps: Annotated[int, typer.Option(min=1)] = 12,
+    dpo_steps: Annotated[int, typer.Option(min=1)] = 2,
+    max_length: Annotated[int, typer.Option(min=256)] = 2048,
+) -> None:
+    """SmolLM2 as the shop agent: base vs LoRA SFT vs DPO on goodcase traces (CPU, minutes)."""
+    from evoharness.evolve.benchmarks import weights
+
+    weights.run(
+        val_tasks=val_tasks,
+        sft_steps=sft_steps,
+        dpo_steps=dpo_steps,
+        max_length=max_length,
+        echo=console.print,
+    )
+
+
 # Register new benchmarks above this line (one ``@app.command("<name>")`` function each).
 
 

@@ -118,7 +118,7 @@ def simulate_rollout(
         min_dwell_s: Dwell per stage, in simulated seconds.
         look_s: Simulated seconds between looks.
         engine: Decision engine (default settings otherwise).
-        seed: Random seed.
+        seed: Random seed (also fixes the bucketing salt: a run is reproducible).
         echo: Receives each report line as it happens.
 
     Returns:
@@ -135,6 +135,7 @@ def simulate_rollout(
         candidate,
         stages=stages,
         min_dwell_s=min_dwell_s,
+        salt=f"simulation-{seed}",
         actor="simulation",
         reason="simulated rollout",
     )

@@ -269,27 +269,26 @@ def test_oversized_kept_exchange_is_offloaded_not_resummarised(tmp_path: Path) -
     @tool
     def dump(q: str) -> str:
         """A huge result."""
-        return "y" * 40_000
+        return " ".join(f"w{i}" for i in range(6000))
 
-    script = [
-        AIMessage(
-            content="",
-            tool_calls=[
-                {"name": "dump", "args": {"q": f"{i}"}, "id": f"d{i}", "type": "tool_call"}
-            ],
-        )
-        for i in range(8)
-    ] + ["done"]
+    lookups = calls(8)[:-1]
+    big = AIMessage(
+        content="",
+        tool_calls=[{"name": "dump", "args": {"q": "all"}, "id": "d0", "type": "tool_call"}],
+    )
+    script = [*lookups[:2], big, *lookups[2:], "done"]
     summ = ScriptedChatModel(policy=lambda m: SUMMARY)
     events = EventLog()
-    mw = middleware(tmp_path, summ, events, tail_trigger_tokens=5000)
-    model, _out = agent_run(mw, script, "invoke", tools=[dump])
-    assert events.counts()["context_offload"] >= 1
-    # each round brings a new 10K-token result: at most one summary per round, and the
-    # kept exchange is offloaded so the window stays near the trigger
-    assert len(summ.calls) <= 8
-    counter = TokenCounter()
-    assert max(counter.messages(w) for w in model.calls[2:]) < 5000 + 10_100
+    mw = middleware(tmp_path, summ, events, tail_trigger_tokens=3000, keep_exchanges=3)
+    assert TokenCounter().text(dump.invoke({"q": "all"})) > 3000  # one exchange > trigger
+    model, out = agent_run(mw, script, "invoke", tools=[dump, lookup])
+    # summarised once; the kept huge result was offloaded, so the next rounds are under
+    # the trigger instead of summarising again while it stays among the last 3 exchanges
+    assert len(summ.calls) == 1
+    (offload,) = events.of_kind("context_offload")
+    assert offload.data["tool"] == "dump"
+    assert all(TokenCounter().messages(w) < 3000 for w in model.calls[-4:])
+    assert out["cold_data"]  # the reference is recorded in the state
 
 
 def test_offload_failure_falls_back_to_truncation(tmp_path: Path) -> None:

@@ -10,11 +10,15 @@ did; entries below a floor retire.
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import hashlib
+import heapq
 import json
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -142,22 +146,34 @@ def reduce_ops(
     adding a near-duplicate. DELETE retires (keeps provenance); unknown ids are ignored.
     """
     out = dict(entries)
+    # One pass over the batch: an ADD's twin can only share its kind and pattern, so ADDs
+    # look in that group (ids in order) instead of sorting and scanning the whole memory.
+    # ADDs run before every UPDATE, so no pattern changes while the groups are in use.
+    groups: dict[tuple[str, str], list[str]] | None = None
     for op in sorted(ops, key=_op_key):
         if op.op == "ADD" and op.entry is not None:
+            if groups is None:
+                groups = {}
+                for e in sorted(out.values(), key=lambda e: e.id):
+                    groups.setdefault((e.kind, e.query_pattern), []).append(e.id)
             new = op.entry.model_copy(
                 update={"created_at": op.entry.created_at or now, "updated_at": now}
             )
+            group = groups.setdefault((new.kind, new.query_pattern), [])
             twin = next(
                 (
-                    e
-                    for e in sorted(out.values(), key=lambda e: e.id)
-                    if not e.retired
-                    and e.kind == new.kind
-                    and e.query_pattern == new.query_pattern
-                    and (e.id == new.id or similar(e.summary, new.summary) >= dedupe_at)
+                    out[i]
+                    for i in group
+                    if not out[i].retired
+                    and out[i].kind == new.kind
+                    and out[i].query_pattern == new.query_pattern
+                    and (i == new.id or similar(out[i].summary, new.summary) >= dedupe_at)
                 ),
                 None,
             )
+            at = bisect.bisect_left(group, new.id)
+            if twin is None and (at == len(group) or group[at] != new.id):
+                group.insert(at, new.id)  # (an id whose pattern an UPDATE changed comes back)
             out[twin.id if twin else new.id] = _merge(twin, new, now) if twin else new
         elif op.op == "UPDATE" and op.id in out:
             allowed = {
@@ -235,6 +251,7 @@ class MemoryStore:
             "CREATE TABLE IF NOT EXISTS entries (id TEXT PRIMARY KEY, kind TEXT, body TEXT);"
         )
         self._lock = threading.Lock()
+        self._add_change_column()
         self._owns_registry = registry is None
         self.registry: Registry = registry if registry is not None else SQLiteRegistry(self.path)
         self.name = name
@@ -259,6 +276,18 @@ class MemoryStore:
         with self._lock:
             self._conn.execute("DROP TABLE snapshots")
 
+    def _add_change_column(self) -> None:
+        """Give each row the sequence number of the write that last changed it (``seq``;
+        a deleted entry stays as a row without a body), so readers fetch only changes."""
+        with self._lock:
+            columns = {r[1] for r in self._conn.execute("PRAGMA table_info(entries)")}
+            if "seq" not in columns:
+                with contextlib.suppress(sqlite3.OperationalError):  # another process did
+                    self._conn.execute(
+                        "ALTER TABLE entries ADD COLUMN seq INTEGER NOT NULL DEFAULT 0"
+                    )
+            self._conn.execute("CREATE INDEX IF NOT EXISTS entries_seq ON entries(seq)")
+
     def close(self) -> None:
         """Close the entries connection and the registry this store opened."""
         with self._lock:
@@ -269,22 +298,52 @@ class MemoryStore:
     def entries(self, *, include_retired: bool = False) -> dict[str, MemoryEntry]:
         """Entries by id."""
         with self._lock:
-            rows = self._conn.execute("SELECT body FROM entries").fetchall()
+            rows = self._conn.execute("SELECT body FROM entries WHERE body IS NOT NULL").fetchall()
         out = {e.id: e for e in (MemoryEntry.model_validate_json(r[0]) for r in rows)}
         return out if include_retired else {k: v for k, v in out.items() if not v.retired}
 
     def _write(self, entries: dict[str, MemoryEntry]) -> None:
+        """Make ``entries`` the live set, writing only the rows that changed (each stamped
+        with this write's sequence number, so readers reload only those)."""
+        rows = {e.id: (e.kind, e.model_dump_json()) for e in entries.values()}
         with self._lock:
-            self._conn.execute("BEGIN")
-            self._conn.execute("DELETE FROM entries")
-            self._conn.executemany(
-                "INSERT INTO entries VALUES (?,?,?)",
-                [
-                    (e.id, e.kind, e.model_dump_json())
-                    for e in sorted(entries.values(), key=lambda e: e.id)
-                ],
-            )
-            self._conn.execute("COMMIT")
+            self._conn.execute("BEGIN IMMEDIATE")  # one writer at a time: seq stays ordered
+            try:
+                current = dict(
+                    self._conn.execute("SELECT id, body FROM entries WHERE body IS NOT NULL")
+                )
+                seq = self._conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM entries")
+                stamp = int(seq.fetchone()[0])
+                self._conn.executemany(
+                    "INSERT INTO entries(id, kind, body, seq) VALUES (?,?,?,?) ON CONFLICT(id) "
+                    "DO UPDATE SET kind=excluded.kind, body=excluded.body, seq=excluded.seq",
+                    [
+                        (i, kind, body, stamp)
+                        for i, (kind, body) in sorted(rows.items())
+                        if current.get(i) != body
+                    ],
+                )
+                self._conn.executemany(
+                    "UPDATE entries SET body=NULL, seq=? WHERE id=?",
+                    [(stamp, i) for i in sorted(current) if i not in rows],
+                )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def changes_since(self, seq: int) -> tuple[int, list[tuple[str, MemoryEntry | None]]]:
+        """Entries written after write ``seq`` (``-1``: all), as (id, entry or ``None``
+        when deleted), and the sequence number to pass next time."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, body, seq FROM entries WHERE seq > ? ORDER BY seq, id", (seq,)
+            ).fetchall()
+        changes = [
+            (i, MemoryEntry.model_validate_json(body) if body is not None else None)
+            for i, body, _ in rows
+        ]
+        return (max(seq, rows[-1][2]) if rows else seq), changes
 
     def _snapshot(self, body: list[dict[str, Any]], note: str) -> int:
         stored = self.registry.publish(
@@ -387,14 +446,63 @@ def apply_feedback(
     return out
 
 
+class _Index:
+    """Live entries with an inverted index of their content words, updated per change."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, MemoryEntry] = {}
+        self.words: dict[str, frozenset[str]] = {}
+        self.postings: dict[str, dict[str, set[str]]] = {"strategy": {}, "lesson": {}}
+        self.preferences: dict[str, list[str]] = {}  # user id -> entry ids, in order
+
+    def remove(self, entry_id: str) -> None:
+        old = self.entries.pop(entry_id, None)
+        if old is None:
+            return
+        if old.kind == "preference":
+            mine = self.preferences.get(old.user_id) if old.user_id is not None else None
+            if mine is not None and entry_id in mine:
+                mine.remove(entry_id)
+            return
+        postings = self.postings[old.kind]
+        for w in self.words.pop(entry_id, frozenset()):
+            ids = postings.get(w)
+            if ids is not None:
+                ids.discard(entry_id)
+                if not ids:
+                    del postings[w]
+
+    def add(self, entry: MemoryEntry) -> None:
+        self.remove(entry.id)
+        if entry.retired:
+            return
+        self.entries[entry.id] = entry
+        if entry.kind == "preference":
+            if entry.user_id is not None:
+                bisect.insort(self.preferences.setdefault(entry.user_id, []), entry.id)
+            return
+        found = words(entry.text)
+        self.words[entry.id] = found
+        postings = self.postings[entry.kind]
+        for w in found:
+            postings.setdefault(w, set()).add(entry.id)
+
+
 class MemoryRetriever:
     """Top-K strategies and lessons for a query (lexical by default), by relevance × confidence.
 
+    Entries are indexed once and kept current from the store's change log (every
+    ``refresh_s`` seconds one indexed query fetches what was written since); with the
+    default lexical relevance a query scores only the entries that share a word with it
+    (an inverted index), so retrieval does not scan the whole memory. A custom ``similar``
+    (embeddings) scores every entry of the kind.
+
     Args:
-        store: Where entries live (re-read every ``refresh_s`` seconds).
+        store: Where entries live.
         k: Entries per kind (1-3).
         similar: Relevance function (swap in embeddings when installed).
         min_relevance: Entries less relevant than this are never injected.
+        refresh_s: How often to pick up changes written since the last look.
     """
 
     def __init__(
@@ -413,37 +521,62 @@ class MemoryRetriever:
         self.similar = similar
         self.min_relevance = min_relevance
         self.refresh_s = refresh_s
-        self._cache: tuple[float, dict[str, MemoryEntry]] | None = None
+        self._index = _Index()
+        self._seq = -1
+        self._checked: float | None = None
+        self._lock = threading.Lock()
+
+    def refresh(self) -> int:
+        """Apply the changes written since the last refresh now; returns how many."""
+        with self._lock:
+            self._seq, changes = self.store.changes_since(self._seq)
+            for entry_id, entry in changes:
+                if entry is None:
+                    self._index.remove(entry_id)
+                else:
+                    self._index.add(entry)
+            self._checked = time.monotonic()
+            return len(changes)
 
     def _entries(self) -> dict[str, MemoryEntry]:
-        now = time.monotonic()
-        if self._cache is None or now - self._cache[0] > self.refresh_s:
-            self._cache = (now, self.store.entries())
-        return self._cache[1]
+        if self._checked is None or time.monotonic() - self._checked > self.refresh_s:
+            self.refresh()
+        return self._index.entries
+
+    def _ranked(self, query: str, kind: str, entries: dict[str, MemoryEntry]) -> list[MemoryEntry]:
+        if self.similar is similarity and self.min_relevance > 0:
+            # Jaccard from the postings: an entry sharing no word scores 0 and is never
+            # picked, so only entries that share a word are scored (same numbers as
+            # similarity(): |q & e| / |q | e| with |q | e| = |q| + |e| - |q & e|).
+            query_words = words(query)
+            postings = self._index.postings[kind]
+            hits: Counter[str] = Counter()
+            for w in query_words:
+                hits.update(postings.get(w, ()))
+            n, sizes = len(query_words), self._index.words
+            scored = [
+                (shared / (n + len(sizes[i]) - shared) * max(entries[i].confidence, 0.05), i)
+                for i, shared in hits.items()
+            ]
+        else:
+            scored = [
+                (self.similar(query, e.text) * max(e.confidence, 0.05), e.id)
+                for e in entries.values()
+                if e.kind == kind
+            ]
+        best = heapq.nsmallest(self.k, scored, key=lambda t: (-t[0], t[1]))
+        return [entries[i] for rel, i in best if rel >= self.min_relevance]
 
     def retrieve(self, query: str, *, user_id: str | None = None) -> list[MemoryEntry]:
         """Relevant live entries: up to ``k`` strategies, ``k`` lessons, and the user's
         preferences, in a stable order."""
-        picked: list[MemoryEntry] = []
-        for kind in ("strategy", "lesson"):
-            ranked = sorted(
-                (
-                    (self.similar(query, e.text) * max(e.confidence, 0.05), e.id, e)
-                    for e in self._entries().values()
-                    if e.kind == kind
-                ),
-                key=lambda t: (-t[0], t[1]),
-            )
-            picked += [e for rel, _, e in ranked[: self.k] if rel >= self.min_relevance]
-        if user_id is not None:
-            picked += sorted(
-                (
-                    e
-                    for e in self._entries().values()
-                    if e.kind == "preference" and e.user_id == user_id
-                ),
-                key=lambda e: e.id,
-            )[: self.k]
+        entries = self._entries()
+        with self._lock:
+            picked = [
+                e for kind in ("strategy", "lesson") for e in self._ranked(query, kind, entries)
+            ]
+            if user_id is not None:
+                picked += [entries[i] for i in self._index.preferences.get(user_id, [])[: self.k]]
         return picked
 
 

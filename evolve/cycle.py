@@ -40,6 +40,8 @@ class CycleReport(BaseModel):
     good: int = 0
     unmatched: int = 0
     unmatched_tags: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    """Tags of the batch's episodes (at most 20), e.g. to suggest the matching environment."""
     memory_version: int | None = None
     strategies: int = 0
     lessons: int = 0
@@ -116,6 +118,7 @@ async def run_cycle(
         good=sum(v.success is True for v in verdicts.values()),
         unmatched=len(unmatched),
         unmatched_tags=sorted({t for e in unmatched for t in e.tags})[:20],
+        tags=sorted({t for e in episodes for t in e.tags})[:20],
         memory_version=version,
         strategies=sum(e.kind == "strategy" for e in live),
         lessons=sum(e.kind == "lesson" for e in live),

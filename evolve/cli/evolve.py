@@ -230,7 +230,9 @@ def _owned(plugin: EvolveEnvironment, episodes: list[Episode]) -> list[Episode]:
     return kept
 
 
-def _say_generic(plugin: EvolveEnvironment, report: JudgeReport | None = None) -> None:
+def _say_generic(
+    plugin: EvolveEnvironment, report: JudgeReport | None = None, tags: set[str] | None = None
+) -> None:
     if plugin.checks() or plugin.score_evidence():
         return
     console.print(
@@ -238,6 +240,12 @@ def _say_generic(plugin: EvolveEnvironment, report: JudgeReport | None = None) -
         "so runs are judged failed (evidence) or undecided, never good without evidence"
         + (f" ({report.undecided} undecided)" if report is not None else "")
     )
+    known = sorted((tags or set()) & set(plugin_names()))
+    if known:
+        console.print(
+            f"these traces are tagged {', '.join(known)}: --env {known[0]} judges them with "
+            "that environment's checker"
+        )
 
 
 @app.command()
@@ -325,7 +333,7 @@ def judge(
         f"running={report.running} repaired={report.repaired} decided={report.decided} "
         f"undecided={report.undecided} good={report.good}"
     )
-    _say_generic(plugin, report)
+    _say_generic(plugin, report, {t for e in episodes for t in e.tags})
 
 
 @app.command()
@@ -492,4 +500,4 @@ def cycle(
     console.print(table)
     if report.guard_diff:
         console.print(report.guard_diff)
-    _say_generic(plugin, report.judge)
+    _say_generic(plugin, report.judge, set(report.tags))

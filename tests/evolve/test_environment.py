@@ -163,6 +163,10 @@ def test_cycle_through_the_plugin_and_the_cli(
     assert main(["evolve", "judge", "--db", db, "--state", "j.db", "--env", ENV]) == 0
     out = capsys.readouterr().out
     assert "judged=12" in out and "good=2" in out and "undecided=0" in out
+    assert main(["evolve", "judge", "--db", db, "--state", "j.db", "--env", ENV]) == 0
+    assert "judged=0 skipped=12" in capsys.readouterr().out
+    assert main(["evolve", "judge", "--db", db, "--state", "j.db", "--env", ENV, "--rejudge"]) == 0
+    assert "judged=12 skipped=0" in capsys.readouterr().out
     args = ["evolve", "cycle", "--db", db, "--state", "c.db", "--memory-path", "m.db"]
     assert main([*args, "--env", ENV]) == 0
     out = capsys.readouterr().out

@@ -222,7 +222,9 @@ class LangfuseExporter:
         return self.sample_rate >= 1.0 or int(trace_id[:8], 16) / 0xFFFFFFFF < self.sample_rate
 
     def _take(self, kind: Kind, trace_key: str) -> list[tuple[dict[str, Any], float]]:
-        rows = self.store.pending(kind, self.batch_size)
+        rows = self.store.pending(
+            kind, self.batch_size, running_started_before=time.time() - self.stale_after_s
+        )
         skipped = [(r["id"], u) for r, u in rows if not self.sampled(r[trace_key])]
         if skipped:  # not sampled: done, without sending
             self.store.mark_exported(kind, skipped)
@@ -236,13 +238,13 @@ class LangfuseExporter:
         now = time.time()
         sent_obs: list[tuple[str, float]] = []
         sent_traces: list[tuple[str, float, str]] = []
-        trace_rows: dict[str, dict[str, Any] | None] = {}
+        trace_rows = {  # one read for the batch's traces, not one per trace
+            tid: t.model_dump(mode="json")
+            for tid, t in self.store.traces_by_id(o["trace_id"] for o, _ in observations).items()
+        }
 
         def trace_of(tid: str) -> dict[str, Any] | None:
-            if tid not in trace_rows:
-                t = self.store.trace(tid)
-                trace_rows[tid] = t.model_dump(mode="json") if t else None
-            return trace_rows[tid]
+            return trace_rows.get(tid)
 
         try:
             for obs, updated in observations:
@@ -256,15 +258,9 @@ class LangfuseExporter:
                 if running:
                     trace = {**trace, "status": "incomplete"}
                 root = root_span_id(trace["id"])
-                if root not in in_batch:
-                    stored = next(
-                        (
-                            o.model_dump(mode="json")
-                            for o in self.store.observations(trace["id"])
-                            if o.id == root
-                        ),
-                        None,
-                    )
+                if root not in in_batch:  # re-send the root with the final trace row
+                    found = self.store.observation(root)
+                    stored = found.model_dump(mode="json") if found is not None else None
                     self._emit(stored or self._root_from_trace(trace), trace)
                 sent_traces.append((trace["id"], updated, root))
             cycle.spans_sent = len(sent_obs) + len(sent_traces)
@@ -322,11 +318,8 @@ class LangfuseExporter:
         return False
 
     def _finished_traces_pending(self) -> bool:
-        now = time.time()
-        return any(
-            t["status"] != "running" or now - t["start_time"] >= self.stale_after_s
-            for t, _ in self.store.pending("trace", self.batch_size)
-        )
+        ready = time.time() - self.stale_after_s
+        return bool(self.store.pending("trace", 1, running_started_before=ready))
 
     def start(self, interval: float = 1.0) -> None:
         """Export in a background thread until :meth:`stop` (backoff on failures)."""

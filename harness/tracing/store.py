@@ -1146,6 +1146,29 @@ class TraceStore:
         rows = self._bodies("SELECT body FROM traces WHERE id=?", [trace_id])
         return Trace.model_validate(migrate_trace(rows[0])) if rows else None
 
+    def traces_by_id(self, trace_ids: Iterable[str]) -> dict[str, Trace]:
+        """Several traces by id, in one connection (ids that are not stored are absent)."""
+        ids = sorted(set(trace_ids))
+        out: dict[str, Trace] = {}
+        with self._conn() as conn:
+            for i in range(0, len(ids), 500):
+                part = ids[i : i + 500]
+                marks = ",".join("?" * len(part))
+                for (body,) in conn.execute(f"SELECT body FROM traces WHERE id IN ({marks})", part):
+                    t = Trace.model_validate(migrate_trace(json.loads(body)))
+                    out[t.id] = t
+        return out
+
+    def observation(self, obs_id: str) -> Observation | None:
+        """One observation by id (generation input in full)."""
+        with self._conn() as conn:
+            row = conn.execute("SELECT body FROM observations WHERE id=?", (obs_id,)).fetchone()
+            if row is None:
+                return None
+            bodies = [json.loads(row[0])]
+            self._resolve(conn, bodies)
+        return Observation.model_validate(bodies[0])
+
     def traces(
         self,
         *,
@@ -1362,14 +1385,27 @@ class TraceStore:
         return n
 
     # -- export bookkeeping ----------------------------------------------------------------
-    def pending(self, kind: Kind, limit: int = 500) -> list[tuple[dict[str, Any], float]]:
+    def pending(
+        self, kind: Kind, limit: int = 500, *, running_started_before: float | None = None
+    ) -> list[tuple[dict[str, Any], float]]:
         """Un-exported records of ``kind`` as (body, updated_at), oldest first (an index
-        range scan: linear in what it returns, not in the backlog)."""
+        range scan: linear in what it returns, not in the backlog).
+
+        Args:
+            kind: Record kind.
+            limit: At most this many.
+            running_started_before: Traces only: leave out traces still ``running`` that
+                started after this time (live runs do not hold up finished ones).
+        """
+        extra, args = "", [limit]
+        if kind == "trace" and running_started_before is not None:
+            extra = " AND (status != 'running' OR start_time < ?)"
+            args = [running_started_before, limit]
         with self._conn() as conn:
             rows = conn.execute(
-                f"SELECT body, updated_at FROM {TABLES[kind].table} WHERE exported_at IS NULL "
-                "ORDER BY updated_at LIMIT ?",
-                (limit,),
+                f"SELECT body, updated_at FROM {TABLES[kind].table} WHERE exported_at IS NULL"
+                f"{extra} ORDER BY updated_at LIMIT ?",
+                args,
             ).fetchall()
             out = [(json.loads(b), u) for b, u in rows]
             if kind == "observation":

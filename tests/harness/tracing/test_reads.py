@@ -4,6 +4,7 @@ cursor, linear generation rows, and an export backlog that drains by index."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -189,3 +190,26 @@ def test_pending_is_an_index_scan_and_drain_never_counts(
         assert exporter.drain(30, interval=0.05)
         exporter.stop()
         assert len(lf.scores) == 120 and len(lf.spans) == 120
+
+
+def test_live_runs_do_not_hold_up_finished_traces(tmp_path: Path) -> None:
+    store = TraceStore(tmp_path / "t.db", linger_s=0)
+    for i in range(60):  # live runs, older rows than the finished one
+        store.put_trace(
+            {"id": trace_id_for(f"live{i}"), "run_id": f"live{i}", "start_time": time.time()}
+        )
+    done = trace_id_for("done")
+    store.put_trace({"id": done, "run_id": "done", "start_time": time.time(), "status": "ok"})
+    assert store.flush(10)
+    with LangfuseStandIn() as lf:
+        exporter = LangfuseExporter(
+            store,
+            public_key="pk-lf-live",
+            secret_key="sk-lf-live",
+            base_url=lf.base_url,
+            batch_size=10,
+        )
+        assert exporter.drain(20, interval=0.05)
+        exporter.stop()
+        assert {s["trace_id"] for s in lf.spans.values()} == {done}
+    assert store.counts()["traces_pending"] == 60  # still running: exported when they end

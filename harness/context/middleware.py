@@ -249,6 +249,7 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
         self._tails: OrderedDict[str, _Ledger] = OrderedDict()
         self._lock = threading.Lock()
         self._fixed_tokens = 0  # system prompt + tool schemas at the last model call
+        self._base: tuple[str, int] = ("", 0)  # the last static system prompt, its tokens
         self._schema_tokens: dict[tuple[int, ...], int] = {}
         self._overflowed: set[str] = set()
 
@@ -437,6 +438,10 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
         """The request with the layered system message (and the optional hot note)."""
         state = cast(dict[str, Any], request.state)
         base = text_of(request.system_message) if request.system_message else ""
+        # what the next token trigger adds to the history: the static prompt and tools
+        if base != self._base[0]:
+            self._base = (base, self.counter.text(base))
+        self._fixed_tokens = self._base[1] + self._tool_tokens(list(request.tools or []))
         sections = render_sections(state)
         if _is_anthropic(request.model):
             # Anthropic caches tools -> system -> messages by prefix: a breakpoint at the end
@@ -502,7 +507,6 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
         if same < len(old) and same < len(seen):  # the first differing message, in part
             shared += self.counter.shared_prefix(old[same : same + 1], seen[same : same + 1])
         prefix = self.counter.message(system) if system is not None else 0
-        self._fixed_tokens = prefix + self._tool_tokens(list(request.tools or []))
         self.events.emit(
             "context_window",
             self.name,

@@ -110,8 +110,11 @@ def check_process(e: Episode, rubric: Rubric) -> list[ItemResult]:
     calls = Counter((c.name, repr(sorted(c.args.items()))) for c in e.tool_calls)
     repeated = [name for (name, _), n in calls.items() if n >= 3]
     return [
-        ItemResult(
-            id="run_error", priority="P1", passed=e.status != "error", comment=e.error or ""
+        ItemResult(  # a killed run (``incomplete``) did not finish either
+            id="run_error",
+            priority="P1",
+            passed=e.status not in ("error", "incomplete"),
+            comment=e.error or ("the run never finished" if e.status == "incomplete" else ""),
         ),
         ItemResult(
             id="repeated_call",

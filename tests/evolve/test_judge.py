@@ -88,6 +88,9 @@ def test_rule_judge_flags_leaks_loops_and_crashes() -> None:
     clean = run(RuleJudge().judge(episode(final_answer="done", tool_calls=acted), rubric))
     assert clean.p0_pass and clean.total == 1.0 and clean.judge == "rule"
     assert clean.success is None and "task_done" in clean.undecided  # clean is not proof
+    killed = episode(final_answer="", tool_calls=acted, status="incomplete")
+    dead = run(RuleJudge().judge(killed, rubric))
+    assert "run_error" in dead.p1_failures and dead.success is False
 
 
 def _shop_episode(picks: list[dict[str, Any]], *, skip_summary: bool = False) -> Episode:

@@ -1397,7 +1397,8 @@ class TraceStore:
             running_started_before: Traces only: leave out traces still ``running`` that
                 started after this time (live runs do not hold up finished ones).
         """
-        extra, args = "", [limit]
+        extra = ""
+        args: list[Any] = [limit]
         if kind == "trace" and running_started_before is not None:
             extra = " AND (status != 'running' OR start_time < ?)"
             args = [running_started_before, limit]

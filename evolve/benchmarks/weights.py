@@ -79,8 +79,9 @@ def _quiet_libraries() -> None:
     import transformers
 
     datasets.disable_progress_bars()
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
+    logging: Any = transformers.logging  # untyped module functions
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
 
 
 def _simulate(env_name: str, tasks: int, store: TraceStore, echo: Echo) -> None:

@@ -205,7 +205,7 @@ def _callbacks(run_dir: Path, progress: Progress | None, max_steps: int) -> list
 
     metrics_path = run_dir / "metrics.jsonl"
 
-    class _Record(TrainerCallback):  # type: ignore[misc]
+    class _Record(TrainerCallback):
         """Append every log line to metrics.jsonl and report progress."""
 
         def __init__(self) -> None:
@@ -289,37 +289,40 @@ def build_trainer(
     model = _model(config)
     data = HFDataset.from_list(list(rows))
     if isinstance(config, SFTRunConfig):
-        from trl import SFTConfig, SFTTrainer
+        from trl.trainer.sft_config import SFTConfig
+        from trl.trainer.sft_trainer import SFTTrainer
 
-        args = SFTConfig(**common, max_length=config.max_length, assistant_only_loss=False)
+        sft_args = SFTConfig(**common, max_length=config.max_length, assistant_only_loss=False)
         return SFTTrainer(
             model=model,
-            args=args,
+            args=sft_args,
             train_dataset=data,
             processing_class=tokenizer,
             peft_config=peft_config,
             callbacks=list(callbacks),
         )
     if isinstance(config, DPORunConfig):
-        from trl import DPOConfig, DPOTrainer
+        from trl.trainer.dpo_config import DPOConfig
+        from trl.trainer.dpo_trainer import DPOTrainer
 
-        args = DPOConfig(**common, max_length=config.max_length, beta=config.beta)
+        dpo_args = DPOConfig(**common, max_length=config.max_length, beta=config.beta)
         return DPOTrainer(
             model=model,
-            args=args,
+            args=dpo_args,
             train_dataset=data,
             processing_class=tokenizer,
             peft_config=peft_config,
             callbacks=list(callbacks),
         )
     if isinstance(config, GRPORunConfig):
-        from trl import GRPOConfig, GRPOTrainer
         from trl.chat_template_utils import add_response_schema
+        from trl.trainer.grpo_config import GRPOConfig
+        from trl.trainer.grpo_trainer import GRPOTrainer
 
         extra: dict[str, Any] = {}
         if config.max_tool_calling_iterations is not None:
             extra["max_tool_calling_iterations"] = config.max_tool_calling_iterations
-        args = GRPOConfig(
+        grpo_args = GRPOConfig(
             **common,
             num_generations=config.num_generations,
             max_completion_length=config.max_completion_length,
@@ -340,7 +343,7 @@ def build_trainer(
         return GRPOTrainer(
             model=model,
             reward_funcs=list(reward_funcs) or None,
-            args=args,
+            args=grpo_args,
             train_dataset=data,
             processing_class=tokenizer,
             peft_config=peft_config,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from evoharness.evolve.train.model import training_chat_template
 
@@ -42,7 +43,8 @@ def build_tiny_model(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     raw.train_from_iterator(list(corpus), trainer=trainer)
-    tok = PreTrainedTokenizerFast(
+    fast: Any = PreTrainedTokenizerFast  # untyped constructor
+    tok = fast(
         tokenizer_object=raw,
         bos_token=None,
         eos_token="<|im_end|>",

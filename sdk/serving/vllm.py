@@ -323,7 +323,7 @@ class VLLMAdapterManager:
         return CapturingChatOpenAI(
             model=self.model_for(session),
             base_url=self.replica_for(session),
-            api_key=self.api_key,  # type: ignore[arg-type]
+            api_key=self.api_key,
             logprobs=kwargs.pop("logprobs", True),
             extra_body=extra,
             **kwargs,

@@ -365,14 +365,14 @@ class RedisBreakerBackend:
 
     def _note(self, key: str, state: BreakerState, retry_after_s: float) -> None:
         """Remember which keys Redis says are open (to keep them open if Redis is lost)."""
-        if state == "closed":
-            if self._open_until:
+        with self._lock:
+            if state == "closed":
                 self._open_until.pop(key, None)
-            return
-        self._open_until[key] = time.monotonic() + retry_after_s
-        self._open_until.move_to_end(key)
-        while len(self._open_until) > self.config.max_keys:
-            self._open_until.popitem(last=False)
+                return
+            self._open_until[key] = time.monotonic() + retry_after_s
+            self._open_until.move_to_end(key)
+            while len(self._open_until) > self.config.max_keys:
+                self._open_until.popitem(last=False)
 
     def acquire(self, key: str) -> tuple[Permit, Sequence[Transition]]:
         c = self.config
@@ -391,8 +391,8 @@ class RedisBreakerBackend:
             st = _as_state(_text(state))
             permit = Permit(bool(ok), st, float(retry), _text(lease) or None)
             if st == "closed":
-                if self._open_until:
-                    self._open_until.pop(key, None)
+                if self._open_until:  # (no lock on the hot path while nothing is open)
+                    self._note(key, st, 0.0)
             else:
                 self._note(key, st, 0.0 if st == "half_open" else permit.retry_after_s)
             return permit, _transitions(key, moved)
@@ -405,15 +405,27 @@ class RedisBreakerBackend:
         rid = new_lease()
         lease = "*" if permit is None else (permit.lease or "")
 
+        def remote() -> Sequence[Transition]:
+            return self._run_record(key, failure, lease, rid)
+
         def local() -> Sequence[Transition]:
             with self._lock:
-                if len(self._pending) >= self.replay_limit:
-                    self._pending.popleft()
-                    self._dropped += 1
-                self._pending.append((key, failure, rid))
+                queued = self._degraded_at is not None
+                if queued:
+                    if len(self._pending) >= self.replay_limit:
+                        self._pending.popleft()
+                        self._dropped += 1
+                    self._pending.append((key, failure, rid))
+            if not queued:  # the resync finished meanwhile: Redis again (once)
+                try:
+                    return remote()
+                except self._errors as exc:
+                    self._degrade(exc)
+                    with self._lock:
+                        self._pending.append((key, failure, rid))
             return self._local.record(key, failure=failure, permit=permit)
 
-        return self._guarded(lambda: self._run_record(key, failure, lease, rid), local)
+        return self._guarded(remote, local)
 
     def release(self, key: str, permit: Permit) -> None:
         if permit.lease is None:

@@ -67,12 +67,10 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
         if (hi - lo) / (step * m) <= n:
             step *= m
             break
-    start = math.floor(lo / step) * step
-    out, v = [], start
-    while v <= hi + step * 1e-9:
-        out.append(round(v, 10))
-        v += step
-    return out
+    out = [math.floor(lo / step) * step]
+    while out[-1] < hi - step * 1e-9:
+        out.append(out[-1] + step)
+    return [round(v, 12) for v in out]
 
 
 def _fmt(v: float) -> str:
@@ -80,7 +78,7 @@ def _fmt(v: float) -> str:
         return f"{v:,.0f}"
     if abs(v) >= 10:
         return f"{v:.0f}"
-    return f"{v:.2f}".rstrip("0").rstrip(".") if v else "0"
+    return f"{v:.3g}" if v else "0"
 
 
 def _frame(

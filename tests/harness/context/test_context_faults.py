@@ -81,10 +81,8 @@ def test_rounds_trigger_counts_rounds_since_the_last_summary(tmp_path: Path, mod
     summ = ScriptedChatModel(policy=lambda m: SUMMARY)
     events = EventLog()
     mw = middleware(tmp_path, summ, events, rounds_trigger=4)
-    _model, _ = agent_run(mw, calls(20), mode)
-    at = [i for i, e in enumerate(events.of_kind("context_window"))]
-    assert at  # windows measured
-    rounds_between = []
+    agent_run(mw, calls(20), mode)
+    rounds_between = []  # model calls between consecutive summaries
     last = 0
     ai_rounds = 0
     for e in events.events:
@@ -94,8 +92,7 @@ def test_rounds_trigger_counts_rounds_since_the_last_summary(tmp_path: Path, mod
             rounds_between.append(ai_rounds - last)
             last = ai_rounds
     assert len(rounds_between) >= 4
-    assert set(rounds_between[1:]) == {rounds_between[1]}  # steady, not 5, 8, 13, ...
-    assert rounds_between[1] <= 4
+    assert set(rounds_between[1:]) == {4}  # steady: every 4 rounds, not 5, 8, 13, ...
 
 
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke"])

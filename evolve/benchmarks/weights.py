@@ -84,7 +84,8 @@ def _quiet_libraries() -> None:
     logging.disable_progress_bar()
 
 
-def _simulate(env_name: str, tasks: int, store: TraceStore, echo: Echo) -> None:
+def simulate_goodcases(env_name: str, tasks: int, store: TraceStore, echo: Echo = print) -> None:
+    """Run the SIMULATED offline policy on ``tasks`` train tasks (two seeds), traced."""
     tracer = Tracer(store)
     for seed in (0, 1):
         env = load_environment(env_name, faults="none", seed=seed)
@@ -144,10 +145,10 @@ def _eval_result(results: list[TaskResult]) -> EvalResult:
     )
 
 
-def _throughput(
+def compare_throughput(
     config: SFTRunConfig, rows: list[dict[str, Any]], work: Path, steps: int
 ) -> tuple[float, float]:
-    """Tokens/s of plain TRL and of our path on the same rows, config and step count."""
+    """``(ours, plain TRL)`` tokens/s on the same rows, config and step count."""
     cfg = config.model_copy(update={"max_steps": steps, "save_steps": steps})
     tok = load_tokenizer(cfg.base_model)
     prepared, _ = prepare_rows(cfg, rows, tok)
@@ -189,7 +190,7 @@ def run(
         echo(f"weights bench in {work}: {len(val)} val tasks, SmolLM2-135M on CPU")
 
         store = TraceStore(work / "traces.db")
-        _simulate(env_name, train_tasks, store, echo)
+        simulate_goodcases(env_name, train_tasks, store, echo)
         source = LocalTraceSource(store)
         where = EpisodeFilter(tags=["weights-bench"])
         gates = Gates(max_chars=max_chars)
@@ -336,7 +337,7 @@ def run(
             swaps = sorted(pool.swap_seconds)
             echo(f"  adapter swaps: {len(swaps)}, median {swaps[len(swaps) // 2] * 1000:.1f} ms")
 
-        ours_tps, trl_tps = _throughput(
+        ours_tps, trl_tps = compare_throughput(
             sft_config, sft_data.rows("train"), work / "throughput", throughput_steps
         )
         echo(

@@ -216,7 +216,8 @@ def _say_unmatched(plugin: EvolveEnvironment, left_out: int, tags: set[str], tot
     if left_out == total:
         raise ConfigError(
             f"no trace matches environment {plugin.name!r}; pass the environment the traces "
-            "came from, or --env generic",
+            "came from, or --env generic (an EnvironmentPlugin owns the traces tagged with "
+            "its name; give it owns=... to claim others)",
             field="env",
         )
 

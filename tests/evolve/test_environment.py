@@ -23,6 +23,7 @@ from evoharness.evolve.environment import (
     ScoreEvidence,
     build_judge,
     build_rubrics,
+    default_case_key,
     load_plugin,
 )
 from evoharness.evolve.jobs import judge_episodes
@@ -131,6 +132,13 @@ def test_the_apps_checker_decides_and_rules_still_refute(calc_db: Path, tmp_path
     # the claim states the right number, but no tool call performed it: not a success
     claim = next(v for t, v in verdicts.items() if BEHAVIOUR[t] == "claim")
     assert claim.success is False and "unsupported_claim" in claim.p1_failures
+
+
+def test_the_default_case_key_keeps_tasks_apart() -> None:
+    a = default_case_key("Find a red kettle under 100 CNY", {"task_id": "t-1"})
+    b = default_case_key("Find a red kettle under 120 CNY", {"task_id": "t-2"})
+    assert a != b and a.startswith("t-1 ") and "kettle" in a
+    assert default_case_key("Find a red kettle", {}) == "find red kettle"
 
 
 def test_recorded_scores_become_evidence_through_a_mapping(tmp_path: Path) -> None:

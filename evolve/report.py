@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from evoharness.evolve.monitor import Finding, is_internal, read_findings
+from evoharness.evolve.monitor import Finding, is_internal, read_findings, version_group
 from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.registry import Registry
@@ -343,6 +343,26 @@ def _num(v: Any, fmt: str = "{:,.0f}") -> str:
 def _runs_section(episodes: Sequence[Episode], prices: Mapping[str, float] | None) -> str:
     bins = _bins(episodes)
     out = [f"<h2>Runs in the trace store ({len(episodes)})</h2>"]
+    judged = [e for e in episodes if isinstance(e.scores.get("total"), int | float)]
+    quality: dict[str, list[tuple[float, float]]] = {}
+    for group in sorted({version_group(e) for e in judged}):
+        short = group.replace("prompt=", "").replace(" adapter=", " / ")
+        for b in _bins([e for e in judged if version_group(e) == group], 16):
+            totals = [float(e.scores["total"]) for e in b]
+            p0 = [
+                1.0 - float(v) for e in b if isinstance(v := e.scores.get("p0_pass"), int | float)
+            ]
+            quality.setdefault(f"total {short}", []).append((_mid(b), sum(totals) / len(b)))
+            if p0:
+                quality.setdefault(f"P0 {short}", []).append((_mid(b), sum(p0) / len(p0)))
+    out.append(
+        line_chart(
+            "quality",
+            "rubric total and P0 rate per prompt/adapter version",
+            quality,
+            y_label="rate",
+        )
+    )
     tokens = [(_mid(b), sum(e.usage.total_tokens for e in b) / len(b)) for b in bins]
     series: dict[str, list[tuple[float, float]]] = {"tokens / task": tokens}
     out.append(line_chart("tokens", "tokens per task over time", series, y_label="tokens"))

@@ -29,6 +29,7 @@ from evoharness.sdk.registry import Registry, open_registry
 T0 = 1_700_000_000.0
 PLOTS = {
     "layers-val",
+    "quality",
     "layers-test",
     "tokens",
     "cost",
@@ -75,6 +76,16 @@ def fill_store(store: TraceStore, n: int = 40) -> None:
         store.put_observation(
             {"id": root, "trace_id": tid, "type": "agent", "name": "agent", "start_time": start}
         )
+        for name, value in (("total", 0.9 - 0.01 * (i % 7)), ("p0_pass", float(i % 9 != 0))):
+            store.put_score(
+                {
+                    "id": f"{tid}-{name}",
+                    "trace_id": tid,
+                    "name": name,
+                    "value": value,
+                    "created_at": start + 20,
+                }
+            )
         for k in range(2):
             store.put_observation(
                 {

@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from evoharness.evolve.cli import bench, demo, monitor, report
+from evoharness.evolve.cli import bench, demo, monitor, prompting, report
 from evoharness.evolve.cli import evolve as evolve_cmd
 from evoharness.sdk import cli as sdk_cli
 from evoharness.sdk import cli_prompts
@@ -26,6 +26,7 @@ GROUPS: list[tuple[str, typer.Typer]] = [
     ("bench", bench.app),
     ("prompts", cli_prompts.app),
     ("registry", registry_cli.app),
+    ("prompt-evolve", prompting.app),
 ]
 # ... and one line per top-level command (name, function).
 COMMANDS: list[tuple[str, Callable[..., Any]]] = [

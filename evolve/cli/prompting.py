@@ -1,0 +1,223 @@
+"""``evoharness prompt-evolve propose|evaluate``: the prompt layer from the command line.
+
+(Mounted as ``prompt-evolve`` because ``evolve`` is the memory layer's group.)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from evoharness.evolve.environment import load_plugin, runtime_of
+from evoharness.evolve.prompting import (
+    EvalResults,
+    PairedEvaluation,
+    PromptLayerConfig,
+    PromptLayerReport,
+    Proposal,
+    SimulatedReflector,
+    ensure_prompt,
+    run_prompt_layer,
+)
+from evoharness.evolve.prompting.layer import hand_off, record_proposal
+from evoharness.evolve.state import EvolveState
+from evoharness.harness import ConfigError
+from evoharness.sdk import cli as sdk_cli
+from evoharness.sdk.prompts import RegistryPromptStore
+from evoharness.sdk.registry import open_registry
+
+console = sdk_cli.console
+app = typer.Typer(
+    help="Prompt layer: propose prompt edits from bad-case clusters, gate them, evaluate "
+    "them paired against the active version, hand accepted ones to the rollout.",
+    no_args_is_help=True,
+)
+HOME = Path(".evoharness")
+Env = Annotated[str, typer.Option(help="Environment plugin (registered name or module:Object)")]
+Prompt = Annotated[str | None, typer.Option(help="Prompt name (default: the environment's)")]
+Registry = Annotated[
+    str, typer.Option(envvar="EVOHARNESS_REGISTRY", help="Artifact registry: SQLite path or URL")
+]
+Results = Annotated[Path, typer.Option(help="Resumable store of finished evaluation runs")]
+Traces = Annotated[Path, typer.Option("--db", help="Trace store the runs are recorded into")]
+Memory = Annotated[Path | None, typer.Option(help="Memory store injected into every run")]
+ValSplit = Annotated[str, typer.Option(help="Frozen validation split")]
+GuardSplit = Annotated[str, typer.Option(help="Guard split (no P0 regression allowed)")]
+Limit = Annotated[int | None, typer.Option(min=1, help="Use only the first N tasks")]
+Seed = Annotated[int, typer.Option(help="Environment seed (the same faults for both arms)")]
+
+
+def _options(seed: int) -> dict[str, Any]:
+    return {"seed": seed} if seed else {}
+
+
+def _ids(env: str, split: str, limit: int | None, seed: int, skip: set[str]) -> list[str]:
+    world = runtime_of(load_plugin(env), **_options(seed))
+    ids = [t.task_id for t in world.tasks(split) if t.task_id not in skip]
+    return ids[:limit] if limit else ids
+
+
+def _reflection(
+    reflector: str, model: str | None, base_url: str | None, key_env: str | None
+) -> Any:
+    if reflector == "simulated":
+        return SimulatedReflector(), None
+    if reflector != "llm" or not model:
+        raise ConfigError(
+            "--reflector llm needs --model (and --base-url for an OpenAI-compatible server); "
+            "--reflector simulated is the offline SIMULATOR",
+            field="reflector",
+        )
+    from langchain_openai import ChatOpenAI
+
+    key = os.environ.get(key_env) if key_env else None
+    chat = ChatOpenAI(model=model, base_url=base_url, api_key=key or "not-needed")  # type: ignore[arg-type]
+    return None, chat
+
+
+def _print(report: PromptLayerReport) -> None:
+    console.print(
+        f"prompt {report.prompt}: active v{report.active}; "
+        f"{len(report.clusters)} cluster(s): "
+        + ", ".join(f"{c.key} ({c.size})" for c in report.clusters)
+    )
+    for p in report.proposals:
+        _proposal(p)
+
+
+def _proposal(p: Proposal) -> None:
+    v = f"v{p.version}" if p.version is not None else "-"
+    console.print(f"[bold]{p.status}[/bold] {v}: {escape(p.reason)}")
+    for r in p.rules:
+        console.print(f"  + {escape(r)}")
+    if p.evaluation is not None:
+        e = p.evaluation
+        console.print(
+            f"  val {e.val.control_success:.3f} -> {e.val.candidate_success:.3f} "
+            f"(+{e.val.wins}/-{e.val.losses}, p={e.val.p_value:.4f}); runs {e.ran} new, "
+            f"{e.reused} resumed"
+        )
+    if p.experiment_id:
+        console.print(f"  rollout {p.experiment_id} started at stage one")
+
+
+@app.command("propose")
+def propose(
+    env: Env = "shop",
+    prompt: Prompt = None,
+    registry: Registry = str(HOME / "registry.db"),
+    state: Annotated[Path, typer.Option(help="Evolve state (bad-case pools)")] = HOME / "evolve.db",
+    results: Results = HOME / "prompt-eval.db",
+    db: Traces = HOME / "traces.db",
+    memory: Memory = None,
+    search: Annotated[str, typer.Option(help="gepa or direct")] = "gepa",
+    reflector: Annotated[str, typer.Option(help="simulated (offline SIMULATOR) or llm")] = (
+        "simulated"
+    ),
+    model: Annotated[str | None, typer.Option(help="Reflection model (--reflector llm)")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="Env var with the API key")] = None,
+    budget: Annotated[int, typer.Option(min=1, help="GEPA rollout budget")] = 40,
+    search_split: Annotated[str, typer.Option(help="Split of the bad cases' tasks")] = "train",
+    val_split: ValSplit = "val",
+    val_limit: Limit = None,
+    guard_split: GuardSplit = "train",
+    guard_limit: Annotated[int, typer.Option(min=1, help="Guard tasks")] = 40,
+    seed: Seed = 0,
+    evaluate: Annotated[
+        bool, typer.Option(help="Also evaluate and hand off (--no-evaluate: draft only)")
+    ] = True,
+) -> None:
+    """Cluster the bad cases, propose a prompt edit, gate it, and (by default) evaluate it
+    paired and hand an accepted one to the rollout."""
+    reflect, chat = _reflection(reflector, model, base_url, api_key_env)
+    name = prompt or env
+    reg = open_registry(registry)
+    st = EvolveState(state)
+    try:
+        packages = st.pool("lesson_candidate")
+        world = runtime_of(load_plugin(env), **_options(seed))
+        ensure_prompt(reg, name, world.system_prompt())
+        search_ids = {str((p.get("metadata") or {}).get("task_id")) for p in packages}
+        report = run_prompt_layer(
+            registry=reg,
+            prompt=name,
+            env=env,
+            packages=packages,
+            val=(val_split, _ids(env, val_split, val_limit, seed, set())),
+            guard=(guard_split, _ids(env, guard_split, guard_limit, seed, search_ids)),
+            results=results,
+            search_split=search_split,
+            reflector=reflect,
+            reflection_model=chat,
+            env_options=_options(seed),
+            trace_db=db,
+            memory_db=memory,
+            config=PromptLayerConfig(search=search, search_budget=budget),  # type: ignore[arg-type]
+            evaluate=evaluate,
+        )
+        _print(report)
+    finally:
+        st.close()
+        reg.close()
+
+
+@app.command("evaluate")
+def evaluate(
+    candidate: Annotated[int, typer.Argument(help="Candidate version")],
+    env: Env = "shop",
+    prompt: Prompt = None,
+    registry: Registry = str(HOME / "registry.db"),
+    results: Results = HOME / "prompt-eval.db",
+    db: Traces = HOME / "traces.db",
+    memory: Memory = None,
+    val_split: ValSplit = "val",
+    val_limit: Limit = None,
+    guard_split: GuardSplit = "train",
+    guard_limit: Annotated[int, typer.Option(min=1, help="Guard tasks")] = 40,
+    alpha: Annotated[float, typer.Option(min=0.0001, max=0.5)] = 0.05,
+    seed: Seed = 0,
+    handoff: Annotated[bool, typer.Option(help="Start the rollout when accepted")] = True,
+) -> None:
+    """Paired evaluation of CANDIDATE against the active version (resumable: rerun after
+    a crash and only the missing runs run); accepted -> rollout stage one."""
+    name = prompt or env
+    reg = open_registry(registry)
+    try:
+        store = RegistryPromptStore(reg)
+        active = store.get(name)
+        cand = store.get(name, candidate)
+        ev = PairedEvaluation(
+            env,
+            EvalResults(results),
+            env_options=_options(seed),
+            trace_db=db,
+            memory_db=memory,
+            alpha=alpha,
+        )
+        paired = ev.run(
+            name,
+            (active.version, active.render()),
+            (cand.version, cand.render()),
+            val=(val_split, _ids(env, val_split, val_limit, seed, set())),
+            guard=(guard_split, _ids(env, guard_split, guard_limit, seed, set())),
+        )
+        p = Proposal(
+            clusters=[],
+            rules=[],
+            status="accepted" if paired.accepted else "rejected",
+            reason=paired.reason,
+            version=cand.version,
+            evaluation=paired,
+        )
+        if paired.accepted and handoff:
+            exp_id = hand_off(reg, name, paired, PromptLayerConfig(), "evoharness prompt-evolve")
+            p = p.model_copy(update={"experiment_id": exp_id})
+        record_proposal(reg, name, p, counted=False, actor="evoharness prompt-evolve")
+        _proposal(p)
+    finally:
+        reg.close()

@@ -1,0 +1,526 @@
+"""Paired offline evaluation of a prompt candidate against the active version.
+
+Both versions run every task of the frozen validation split and of a guard split, with the
+same environment seed (the same simulated faults, the same offline-model draws) — only the
+system prompt differs. An exact McNemar test on the paired successes decides; any P0
+regression (a task where the active version had no P0 failure and the candidate has one)
+on the guard split — or on the validation split — rejects.
+
+Runs go through an executor (:class:`~evoharness.sdk.executors.LocalExecutor` or
+``RayExecutor``); each finished ``(split, task, version)`` run is committed to a SQLite
+file the moment it exists, so a killed evaluation resumes where it stopped and never runs a
+task twice. Every run is traced (``prompt_name``/``prompt_version`` set, tagged
+``prompt-eval``, ``eval:<id>``, ``candidate:<ref>`` and its arm).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sqlite3
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evoharness.harness.errors import ConfigError
+
+__all__ = [
+    "EvalItem",
+    "EvalResults",
+    "PairedEvaluation",
+    "PairedReport",
+    "RunRecord",
+    "SplitComparison",
+    "close_worker_caches",
+    "mcnemar_exact",
+    "run_item",
+]
+
+Arm = Literal["control", "candidate"]
+
+
+class EvalItem(BaseModel):
+    """One run to do: a task of a split with one prompt version (picklable, for any executor).
+
+    Attributes:
+        env: Environment plugin spec (a registered name or ``package.module:Object``).
+        env_options: Options for the environment's run side (seed, faults, ...).
+        split: The split the task comes from.
+        task_id: The task.
+        prompt_name: The prompt's name.
+        version: The prompt version run (recorded on the trace).
+        prompt_text: The rendered system prompt of that version.
+        arm: ``control`` (the active version) or ``candidate``.
+        eval_id: The evaluation this run belongs to.
+        candidate_ref: The candidate version's ref (``prompt/<name>@v<n>``): every run is
+            tagged with it.
+        trace_db: Trace store the run is recorded into (``None``: untraced).
+        memory_db: Memory store whose entries are injected (the same for both arms).
+        harness: Run with the environment's harness middleware.
+        max_model_calls: Step limit per run.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    env: str
+    env_options: dict[str, Any] = Field(default_factory=dict)
+    split: str
+    task_id: str
+    prompt_name: str
+    version: int
+    prompt_text: str
+    arm: Arm
+    eval_id: str
+    candidate_ref: str
+    trace_db: str | None = None
+    memory_db: str | None = None
+    harness: bool = True
+    max_model_calls: int = 40
+
+
+class RunRecord(BaseModel):
+    """The result of one :class:`EvalItem`."""
+
+    split: str
+    task_id: str
+    version: int
+    arm: Arm
+    success: bool
+    score: float
+    p0: bool
+    failures: list[str] = Field(default_factory=list)
+    error: str | None = None
+    trace_id: str | None = None
+    tokens: int = 0
+
+
+# -- the worker side (module level: picklable for process and Ray executors) ---------------
+_CACHE_LOCK = threading.Lock()
+_ENVS: dict[str, Any] = {}
+_STORES: dict[str, Any] = {}
+
+
+def _runtime(item: EvalItem) -> tuple[Any, frozenset[str]]:
+    """The run-side environment and its P0 item ids (cached per process)."""
+    from evoharness.evolve.environment import load_plugin, runtime_of
+    from evoharness.evolve.rubric import BASE_ITEMS
+
+    key = json.dumps([item.env, item.env_options, item.memory_db], sort_keys=True, default=str)
+    with _CACHE_LOCK:
+        hit = _ENVS.get(key)
+        if hit is None:
+            plugin = load_plugin(item.env)
+            options = dict(item.env_options)
+            if item.memory_db is not None:
+                from evoharness.evolve.demo import memory_provider
+                from evoharness.evolve.memory import MemoryStore
+
+                options["references"] = memory_provider(MemoryStore(item.memory_db))
+            env = runtime_of(plugin, **options)
+            p0 = {i.id for i in BASE_ITEMS if i.priority == "P0"}
+            p0 |= {i.id for i in plugin.rubric_items("") if i.priority == "P0"}
+            p0 |= {
+                i.id
+                for t in env.tasks(item.split)[:1]
+                for i in plugin.rubric_items(t.request)
+                if i.priority == "P0"
+            }
+            hit = _ENVS[key] = (env, frozenset(p0))
+        return hit  # type: ignore[no-any-return]
+
+
+def _store(path: str) -> Any:
+    from evoharness.harness.tracing import TraceStore
+
+    with _CACHE_LOCK:
+        if path not in _STORES:
+            _STORES[path] = TraceStore(path)
+        return _STORES[path]
+
+
+def close_worker_caches() -> None:
+    """Close the trace stores and drop the environments this process cached."""
+    with _CACHE_LOCK:
+        for s in _STORES.values():
+            s.close()
+        _STORES.clear()
+        _ENVS.clear()
+
+
+class _Prompted:
+    """An environment whose system prompt is one prompt version's text."""
+
+    def __init__(self, env: Any, prompt: str) -> None:
+        self._env = env
+        self._prompt = prompt
+        self.name = env.name
+
+    def system_prompt(self) -> str:
+        return self._prompt
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+
+def run_item(item: EvalItem) -> RunRecord:
+    """Run one task with one prompt version and score it (never raises for a failed run)."""
+    from evoharness.harness.tracing import RunInfo, Tracer
+    from evoharness.sdk.runner import run_task
+
+    env, p0_ids = _runtime(item)
+    task = next((t for t in env.tasks(item.split) if t.task_id == item.task_id), None)
+    if task is None:
+        raise ConfigError(
+            f"task {item.task_id!r} is not in split {item.split!r} of {item.env!r}", field="task"
+        )
+    store = _store(item.trace_db) if item.trace_db else None
+    tracer = Tracer(store) if store is not None else None
+    info = RunInfo(
+        run_id=f"prompt-eval:{item.eval_id}:{item.split}:{item.task_id}:v{item.version}:"
+        f"{uuid.uuid4().hex[:8]}",
+        tags=[
+            env.name,
+            "prompt-eval",
+            item.split,
+            item.arm,
+            f"eval:{item.eval_id}",
+            f"candidate:{item.candidate_ref}",
+        ],
+        prompt_name=item.prompt_name,
+        prompt_version=str(item.version),
+        artifacts={f"prompt/{item.prompt_name}": str(item.version)},
+        metadata={
+            "task_id": item.task_id,
+            "split": item.split,
+            "eval_id": item.eval_id,
+            "arm": item.arm,
+            "candidate": item.candidate_ref,
+        },
+    )
+    result = asyncio.run(
+        run_task(
+            _Prompted(env, item.prompt_text),
+            task,
+            model=env.offline_model(),
+            middleware=env.harness_middleware() if item.harness else (),
+            max_model_calls=item.max_model_calls,
+            tracer=tracer,
+            run_info=info,
+        )
+    )
+    if store is not None:
+        store.flush(60)
+    return RunRecord(
+        split=item.split,
+        task_id=item.task_id,
+        version=item.version,
+        arm=item.arm,
+        success=result.success,
+        score=result.score,
+        p0=bool(set(result.failures) & p0_ids) or result.error is not None,
+        failures=result.failures,
+        error=result.error,
+        trace_id=result.trace_id,
+        tokens=result.input_tokens + result.output_tokens,
+    )
+
+
+# -- the resumable result store --------------------------------------------------------------
+class EvalResults:
+    """Finished runs by ``(eval_id, split, task_id, version)``, committed one by one.
+
+    Args:
+        path: SQLite file (created with its parents).
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS runs (eval_id TEXT, split TEXT, task_id TEXT, "
+            "version INTEGER, record TEXT, PRIMARY KEY (eval_id, split, task_id, version))"
+        )
+
+    def done(self, eval_id: str) -> dict[tuple[str, str, int], RunRecord]:
+        """The finished runs of ``eval_id``."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT split, task_id, version, record FROM runs WHERE eval_id=?", (eval_id,)
+            ).fetchall()
+        return {(s, t, v): RunRecord.model_validate_json(r) for s, t, v, r in rows}
+
+    def put(self, eval_id: str, record: RunRecord) -> None:
+        """Commit one finished run (idempotent)."""
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR IGNORE INTO runs VALUES (?,?,?,?,?)",
+                (eval_id, record.split, record.task_id, record.version, record.model_dump_json()),
+            )
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._conn.close()
+
+
+# -- statistics ------------------------------------------------------------------------------
+def mcnemar_exact(wins: int, losses: int) -> float:
+    """One-sided exact McNemar p-value that the candidate is better: the binomial test of
+    ``wins`` (candidate succeeded, control failed) among the discordant pairs (scipy)."""
+    from scipy.stats import binomtest
+
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    return float(binomtest(wins, n, 0.5, alternative="greater").pvalue)
+
+
+class SplitComparison(BaseModel):
+    """The paired comparison on one split."""
+
+    split: str
+    tasks: int
+    control_success: float
+    candidate_success: float
+    wins: int
+    """Tasks the candidate solved and the control did not."""
+    losses: int
+    """Tasks the control solved and the candidate did not."""
+    p_value: float
+    control_score: float
+    candidate_score: float
+    p0_regressions: list[str] = Field(default_factory=list)
+    """Task ids with a P0 failure under the candidate and none under the control."""
+
+    @property
+    def gain(self) -> float:
+        """Candidate minus control success rate."""
+        return self.candidate_success - self.control_success
+
+
+class PairedReport(BaseModel):
+    """The outcome of a paired evaluation."""
+
+    eval_id: str
+    prompt: str
+    control: int
+    candidate: int
+    accepted: bool
+    reason: str
+    val: SplitComparison
+    guard: SplitComparison | None = None
+    alpha: float
+    ran: int
+    """Runs executed by this call."""
+    reused: int
+    """Runs found finished in the result store (a resumed evaluation)."""
+    trace_ids: list[str] = Field(default_factory=list)
+
+    @property
+    def rollouts(self) -> int:
+        """All runs of the evaluation (executed now or before)."""
+        return self.ran + self.reused
+
+
+def _compare(split: str, pairs: list[tuple[RunRecord, RunRecord]]) -> SplitComparison:
+    n = max(len(pairs), 1)
+    wins = sum(b.success and not a.success for a, b in pairs)
+    losses = sum(a.success and not b.success for a, b in pairs)
+    return SplitComparison(
+        split=split,
+        tasks=len(pairs),
+        control_success=sum(a.success for a, _ in pairs) / n,
+        candidate_success=sum(b.success for _, b in pairs) / n,
+        wins=wins,
+        losses=losses,
+        p_value=mcnemar_exact(wins, losses),
+        control_score=sum(a.score for a, _ in pairs) / n,
+        candidate_score=sum(b.score for _, b in pairs) / n,
+        p0_regressions=[a.task_id for a, b in pairs if b.p0 and not a.p0],
+    )
+
+
+class PairedEvaluation:
+    """Run and decide a paired evaluation (resumable).
+
+    Args:
+        env: Environment plugin spec (registered name or ``package.module:Object``).
+        results: Where finished runs are committed (:class:`EvalResults`).
+        executor: Any :class:`~evoharness.sdk.executors.Executor` (default: 4 threads).
+        env_options: Options of the run side; both arms get the same ones (same seed,
+            same faults).
+        trace_db: Trace store for the runs.
+        memory_db: Memory injected into both arms.
+        alpha: Significance level of the one-sided exact McNemar test.
+        reject_val_p0: Also reject on a P0 regression on the validation split.
+    """
+
+    def __init__(
+        self,
+        env: str,
+        results: EvalResults,
+        *,
+        executor: Any = None,
+        env_options: dict[str, Any] | None = None,
+        trace_db: Path | str | None = None,
+        memory_db: Path | str | None = None,
+        alpha: float = 0.05,
+        reject_val_p0: bool = True,
+        harness: bool = True,
+    ) -> None:
+        if not 0 < alpha < 1:
+            raise ConfigError(f"alpha must be in (0, 1), got {alpha}", field="alpha")
+        self.env = env
+        self.results = results
+        self.executor = executor
+        self.env_options = dict(env_options or {})
+        self.trace_db = str(trace_db) if trace_db is not None else None
+        self.memory_db = str(memory_db) if memory_db is not None else None
+        self.alpha = alpha
+        self.reject_val_p0 = reject_val_p0
+        self.harness = harness
+
+    def _executor(self) -> Any:
+        if self.executor is not None:
+            return self.executor
+        from evoharness.sdk.executors import LocalExecutor
+
+        self.executor = LocalExecutor("threads", workers=4)
+        return self.executor
+
+    def eval_id(
+        self,
+        prompt: str,
+        control: tuple[int, str],
+        candidate: tuple[int, str],
+        splits: Sequence[tuple[str, Sequence[str]]],
+    ) -> str:
+        """A content id: the same inputs resume the same evaluation."""
+        blob = json.dumps(
+            [self.env, self.env_options, self.memory_db, prompt, control, candidate, splits],
+            sort_keys=True,
+            default=str,
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def items(
+        self,
+        eval_id: str,
+        prompt: str,
+        control: tuple[int, str],
+        candidate: tuple[int, str],
+        splits: Sequence[tuple[str, Sequence[str]]],
+    ) -> list[EvalItem]:
+        """Every run of the evaluation, control and candidate interleaved per task."""
+        ref = f"prompt/{prompt}@v{candidate[0]}"
+        out: list[EvalItem] = []
+        for split, task_ids in splits:
+            for task_id in task_ids:
+                for arm, (version, text) in (("control", control), ("candidate", candidate)):
+                    if arm == "candidate" and version == control[0]:
+                        continue  # the same version twice (a plain measurement): one run
+                    out.append(
+                        EvalItem(
+                            env=self.env,
+                            env_options=self.env_options,
+                            split=split,
+                            task_id=task_id,
+                            prompt_name=prompt,
+                            version=version,
+                            prompt_text=text,
+                            arm=arm,  # type: ignore[arg-type]
+                            eval_id=eval_id,
+                            candidate_ref=ref,
+                            trace_db=self.trace_db,
+                            memory_db=self.memory_db,
+                            harness=self.harness,
+                        )
+                    )
+        return out
+
+    def run(
+        self,
+        prompt: str,
+        control: tuple[int, str],
+        candidate: tuple[int, str],
+        *,
+        val: tuple[str, Sequence[str]],
+        guard: tuple[str, Sequence[str]] | None = None,
+        on_result: Callable[[RunRecord], None] | None = None,
+    ) -> PairedReport:
+        """Evaluate ``candidate`` against ``control`` (each ``(version, rendered text)``).
+
+        Args:
+            prompt: The prompt name.
+            control: The active version and its text.
+            candidate: The candidate version and its text.
+            val: ``(split, task ids)`` of the frozen validation split.
+            guard: ``(split, task ids)`` of the guard split.
+            on_result: Called with each run as it is committed.
+        """
+        splits = [val, *([guard] if guard is not None else [])]
+        frozen = [(s, list(ids)) for s, ids in splits]
+        eval_id = self.eval_id(prompt, control, candidate, frozen)
+        done = self.results.done(eval_id)
+        items = self.items(eval_id, prompt, control, candidate, frozen)
+        todo = [i for i in items if (i.split, i.task_id, i.version) not in done]
+
+        def finished(index: int, record: RunRecord) -> None:
+            self.results.put(eval_id, record)
+            if on_result is not None:
+                on_result(record)
+
+        if todo:
+            self._executor().map(run_item, todo, on_done=finished)
+        records = self.results.done(eval_id)
+
+        def pairs(split: str, ids: Sequence[str]) -> list[tuple[RunRecord, RunRecord]]:
+            return [
+                (records[(split, t, control[0])], records[(split, t, candidate[0])]) for t in ids
+            ]
+
+        v = _compare(val[0], pairs(*val))
+        g = _compare(guard[0], pairs(*guard)) if guard is not None else None
+        accepted, reason = self.decide(v, g)
+        return PairedReport(
+            eval_id=eval_id,
+            prompt=prompt,
+            control=control[0],
+            candidate=candidate[0],
+            accepted=accepted,
+            reason=reason,
+            val=v,
+            guard=g,
+            alpha=self.alpha,
+            ran=len(todo),
+            reused=len(items) - len(todo),
+            trace_ids=sorted(r.trace_id for r in records.values() if r.trace_id),
+        )
+
+    def decide(self, val: SplitComparison, guard: SplitComparison | None) -> tuple[bool, str]:
+        """Accept on a significant paired win on val with no P0 regression; say why."""
+        if guard is not None and guard.p0_regressions:
+            return False, (
+                f"P0 regression on the guard split ({guard.split}): "
+                f"{len(guard.p0_regressions)} task(s) {guard.p0_regressions[:5]}"
+            )
+        if self.reject_val_p0 and val.p0_regressions:
+            return False, (
+                f"P0 regression on the validation split: {len(val.p0_regressions)} task(s) "
+                f"{val.p0_regressions[:5]}"
+            )
+        summary = (
+            f"val success {val.control_success:.3f} -> {val.candidate_success:.3f} "
+            f"(+{val.wins}/-{val.losses} paired, exact McNemar p={val.p_value:.4f})"
+        )
+        if val.wins > val.losses and val.p_value < self.alpha:
+            return True, f"significant paired win: {summary}"
+        return False, f"no significant paired win (alpha {self.alpha}): {summary}"

@@ -26,6 +26,7 @@ from evoharness.sdk.cli.traces import TRACE_DB
 from evoharness.sdk.registry import open_registry
 
 REGISTRY = str(Path(".evoharness") / "registry.db")
+FAIL_LEVELS = ("critical", "warning", "info", "never")
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 
 
@@ -83,8 +84,19 @@ def monitor(
     show: Annotated[
         bool, typer.Option("--show", help="Only show the latest recorded findings.")
     ] = False,
+    fail_on: Annotated[
+        str,
+        typer.Option(
+            help="Exit 1 when a finding is at least this severe: critical, warning, info or "
+            "never (for schedulers that alert on the exit code)."
+        ),
+    ] = "never",
 ) -> None:
     """Quality drift, tool decay, stale preference data, context rot: who should act."""
+    if fail_on not in FAIL_LEVELS:
+        raise ConfigError(
+            f"unknown --fail-on {fail_on!r}; choose {', '.join(FAIL_LEVELS)}", field="fail_on"
+        )
     if not db.exists():
         raise ConfigError(f"no trace store at {db}; run `evoharness run` first or pass --db")
     store = TraceStore(db)
@@ -137,3 +149,6 @@ def monitor(
     store.close()
     if reg is not None:
         reg.close()
+    worst = min((FAIL_LEVELS.index(f.severity) for f in report.findings), default=len(FAIL_LEVELS))
+    if worst <= FAIL_LEVELS.index(fail_on) and fail_on != "never":
+        raise typer.Exit(1)

@@ -344,6 +344,10 @@ def test_cli_monitor(store: TraceStore, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "quality_drift" in result.output and "memory" in result.output
     assert "gone_tool" in result.output and "recorded as trace" in result.output
+    failing = runner.invoke(build_app(), [*args, "--reference", "40", "--fail-on", "critical"])
+    assert failing.exit_code == 1 and "quality_drift" in failing.output
+    bad = runner.invoke(build_app(), [*args, "--fail-on", "sometimes"])
+    assert isinstance(bad.exception, ConfigError) and "--fail-on" in str(bad.exception)
     shown = runner.invoke(build_app(), [*args, "--show"])
     assert shown.exit_code == 0 and "quality_drift" in shown.output
     missing = runner.invoke(build_app(), ["monitor", "--db", str(tmp_path / "none.db")])

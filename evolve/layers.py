@@ -35,8 +35,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from evoharness.evolve.curation import default_pattern
+from evoharness.evolve.environment import EvolveEnvironment, lesson_hints_of
 from evoharness.evolve.memory import MemoryEntry
-from evoharness.evolve.monitor import Finding
+from evoharness.evolve.monitor import Finding, read_findings
+from evoharness.evolve.routing import ROUTES
+from evoharness.evolve.state import EvolveState
+from evoharness.evolve.traces import Episode, TraceSource
 from evoharness.sdk.registry import ArtifactVersion, Registry
 
 DECISIONS_KIND = "layer_decisions"
@@ -425,3 +429,37 @@ def record_decisions(
         metadata={"actions": summarize_decisions(decisions), "clusters": len(decisions)},
         author=author,
     )
+
+
+def decide_for_cycle(
+    state: EvolveState,
+    *,
+    env: EvolveEnvironment | None = None,
+    source: TraceSource | None = None,
+    registry: Registry | None = None,
+    episodes: Sequence[Episode] = (),
+    memory_name: str = "default",
+    config: LayerConfig | None = None,
+    record: bool = True,
+) -> list[LayerDecision]:
+    """:func:`decide_layers` with its inputs gathered the way an evolve cycle has them.
+
+    Reads every pool of ``state`` (the whole history: a pattern's failure rate before and
+    after a memory version needs it), the monitor's latest findings from ``source``, the
+    memory history from ``registry`` (``memory/<memory_name>``), the case key and lesson
+    hints of ``env``, and the prompt version of each of ``episodes``; records the decisions
+    in ``registry`` when ``record`` is set.
+    """
+    packages = [p for route in ROUTES for p in state.pool(route)]
+    decisions = decide_layers(
+        packages,
+        findings=read_findings(source) if source is not None else (),
+        memory=memory_history(registry, memory_name) if registry is not None else (),
+        case_key=env.case_key if env is not None else None,
+        hints=lesson_hints_of(env) if env is not None else None,
+        prompt_versions={e.trace_id: e.prompt_version for e in episodes} or None,
+        config=config,
+    )
+    if record and registry is not None and decisions:
+        record_decisions(registry, decisions, name=memory_name)
+    return decisions

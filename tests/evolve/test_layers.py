@@ -7,12 +7,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evoharness.evolve.environment import EnvironmentPlugin
 from evoharness.evolve.layers import (
     DECISIONS_KIND,
     LayerConfig,
     LayerDecision,
     MemoryVersion,
     build_clusters,
+    decide_for_cycle,
     decide_layers,
     memory_history,
     record_decisions,
@@ -20,6 +22,7 @@ from evoharness.evolve.layers import (
 )
 from evoharness.evolve.memory import MemoryEntry, MemoryStore
 from evoharness.evolve.monitor import Finding
+from evoharness.evolve.state import EvolveState
 from evoharness.sdk.registry import open_registry
 
 T0 = 1_700_000_000.0
@@ -211,4 +214,25 @@ def test_decisions_recorded_in_registry_and_memory_history(tmp_path: Path) -> No
     assert [e.action for e in events] == ["publish"]
     assert record_decisions(reg, decisions).version == v.version  # same batch: not again
     mem.close()
+    reg.close()
+
+
+def test_decide_for_cycle_gathers_its_inputs(tmp_path: Path) -> None:
+    state = EvolveState(tmp_path / "evolve.db")
+    rows = [
+        (p["trace_id"], route, p)
+        for p in history_packages(fail_after=1)
+        for route in (["lesson_candidate"] if p["verdict"]["p1_failures"] else ["sft"])
+    ]
+    state.add_routes(rows)
+    reg = open_registry(tmp_path / "registry.db")
+    env = EnvironmentPlugin("x", case_key=key, lesson_hints={"skipped_shipping": HINT})
+    decisions = decide_for_cycle(state, env=env, registry=reg)
+    # no memory yet: the cheapest fix is a lesson, and the batch is recorded
+    assert [(d.cluster, d.action) for d in decisions] == [
+        ("skipped_shipping | tokyo shoes", "memory_entry")
+    ]
+    assert decisions[0].runs == 20  # good runs of the pattern count too
+    assert reg.get(DECISIONS_KIND, "default").content[0]["action"] == "memory_entry"
+    state.close()
     reg.close()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from evoharness.harness import ConfigError
 from evoharness.sdk.rollout.stats import Interval, SequentialComparison
@@ -154,7 +154,6 @@ class DriftDetector:
         return sum(self._ref) / len(self._ref)
 
 
-def detect(values: Iterable[float], **options: object) -> Detection | None:
-    """Run a :class:`DriftDetector` (options as its fields) over a whole stream."""
-    detector = DriftDetector(**options)  # type: ignore[arg-type]
-    return detector.update(values)
+def detect(values: Iterable[float], **options: Any) -> Detection | None:
+    """Run a :class:`DriftDetector` (``options``: its fields) over a whole stream."""
+    return DriftDetector(**options).update(values)

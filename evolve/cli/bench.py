@@ -125,6 +125,25 @@ def bench_weights(
     )
 
 
+@app.command("proposals")
+def bench_proposals(
+    search_tasks: Annotated[int, typer.Option(min=2, help="Train tasks judged for clusters.")] = 60,
+    val_limit: Annotated[int | None, typer.Option(min=2, help="Val tasks (default all).")] = None,
+    guard_limit: Annotated[int, typer.Option(min=1, help="Guard tasks (train).")] = 40,
+    budget: Annotated[int, typer.Option(min=4, help="GEPA rollout budget.")] = 40,
+) -> None:
+    """Prompt proposals: rollouts per accepted candidate and its paired val win (SIMULATED)."""
+    from evoharness.evolve.benchmarks import proposals
+
+    proposals.run(
+        search_tasks=search_tasks,
+        val_limit=val_limit,
+        guard_limit=guard_limit,
+        budget=budget,
+        echo=console.print,
+    )
+
+
 # Register new benchmarks above this line (one ``@app.command("<name>")`` function each).
 
 

@@ -41,7 +41,7 @@ from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
 from evoharness.sdk.registry import open_registry
 from evoharness.sdk.rollout import Outcome, RolloutController
 
-__all__ = ["PromptDemoResult", "StepNumbers", "run_prompt_demo"]
+__all__ = ["PromptDemoResult", "StepNumbers", "bad_case_packages", "run_prompt_demo"]
 
 
 class StepNumbers(BaseModel):
@@ -79,6 +79,39 @@ class PromptDemoResult(BaseModel):
 def _split_ids(env: Any, split: str, limit: int | None) -> list[str]:
     ids = [t.task_id for t in env.tasks(split)]
     return ids[:limit] if limit else ids
+
+
+def bad_case_packages(
+    evaluation: PairedEvaluation,
+    env: str,
+    version: tuple[int, str],
+    tasks: tuple[str, list[str]],
+    state_path: Path,
+) -> list[dict[str, Any]]:
+    """Run ``tasks`` with one prompt version (through ``evaluation``: traced, resumable),
+    judge and route the runs, and return their ``lesson_candidate`` diagnosis packages."""
+    plugin = load_plugin(env)
+    run = evaluation.run(env, version, version, val=tasks)
+    if evaluation.trace_db is None:
+        raise ValueError("bad_case_packages needs an evaluation with a trace_db")
+    store = _store(evaluation.trace_db)
+    store.flush(60)
+    state = EvolveState(state_path)
+    ids = set(run.trace_ids)
+    episodes = [
+        e
+        for e in LocalTraceSource(store).episodes(EpisodeFilter(tags=[f"eval:{run.eval_id}"]))
+        if e.trace_id in ids
+    ]
+    asyncio.run(
+        judge_episodes(
+            episodes, grader=build_judge(plugin), rubrics=build_rubrics(plugin), state=state
+        )
+    )
+    route_all(episodes, state.verdicts([e.trace_id for e in episodes]), state)
+    packages = state.pool("lesson_candidate", [e.trace_id for e in episodes])
+    state.close()
+    return packages
 
 
 def run_prompt_demo(
@@ -129,24 +162,9 @@ def run_prompt_demo(
     # 1. what memory did not fix: the search set re-run with memory, judged and routed
     say(f"re-running {len(search_ids)} train tasks with memory: what did memory not fix?")
     base = (active.version, active.render())
-    recheck = evaluation.run(env, base, base, val=("train", search_ids))
-    store = _store(str(traces))
-    store.flush(60)
-    state = EvolveState(workdir / "evolve.db")
-    ids = set(recheck.trace_ids)
-    episodes = [
-        e
-        for e in LocalTraceSource(store).episodes(EpisodeFilter(tags=[f"eval:{recheck.eval_id}"]))
-        if e.trace_id in ids
-    ]
-    asyncio.run(
-        judge_episodes(
-            episodes, grader=build_judge(plugin), rubrics=build_rubrics(plugin), state=state
-        )
+    packages = bad_case_packages(
+        evaluation, env, base, ("train", search_ids), workdir / "evolve.db"
     )
-    route_all(episodes, state.verdicts([e.trace_id for e in episodes]), state)
-    packages = state.pool("lesson_candidate", [e.trace_id for e in episodes])
-    state.close()
 
     # 2. proposal -> gates -> paired evaluation -> rollout stage one
     say("prompt layer: cluster, propose (GEPA, SIMULATED reflector), gate, paired evaluation")

@@ -273,6 +273,7 @@ def _judge_shard(
     scores_path: str | None,
     concurrency: int,
     retry_failed: bool,
+    rejudge: bool = False,
 ) -> JudgeReport:
     """Worker-process entry: judge one shard on this process's own event loop."""
     scores = TraceStore(scores_path) if scores_path else None
@@ -286,6 +287,7 @@ def _judge_shard(
                 scores_to=scores,
                 concurrency=concurrency,
                 retry_failed=retry_failed,
+                rejudge=rejudge,
             )
         )
     finally:
@@ -334,13 +336,19 @@ class JudgePool:
         self.workers = self.executor.workers
 
     def judge(
-        self, episodes: Iterable[Episode], *, concurrency: int = 32, retry_failed: bool = True
+        self,
+        episodes: Iterable[Episode],
+        *,
+        concurrency: int = 32,
+        retry_failed: bool = True,
+        rejudge: bool = False,
     ) -> JudgeReport:
-        """Judge every episode not judged yet; ``concurrency`` is split over the workers."""
+        """Judge every episode that needs it (the rules of :func:`judge_episodes`: new,
+        changed, judged by another judge/rubric version, or ``rejudge``); ``concurrency`` is
+        split over the workers. Each shard decides what to skip from the shared state, so a
+        pool re-grades exactly what a single process would."""
         todo = list(episodes)
-        done = EvolveState(self.state_path).judged(include_failed=not retry_failed)
-        pending = [e for e in todo if e.trace_id not in done]
-        shards = [s for s in (pending[i :: self.workers] for i in range(self.workers)) if s]
+        shards = [s for s in (todo[i :: self.workers] for i in range(self.workers)) if s]
         work = functools.partial(
             _judge_shard,
             grader_factory=self.grader_factory,
@@ -349,11 +357,12 @@ class JudgePool:
             scores_path=self.scores_path,
             concurrency=max(1, concurrency // self.workers),
             retry_failed=retry_failed,
+            rejudge=rejudge,
         )
-        report = JudgeReport(seen=len(todo), skipped=len(todo) - len(pending))
+        report = JudgeReport()
         for part in self.executor.map(work, shards):
-            report.judged += part.judged
-            report.failed += part.failed
+            for field, value in part:
+                setattr(report, field, getattr(report, field) + value)
         return report
 
     def close(self) -> None:

@@ -35,6 +35,7 @@ from evoharness.harness.tracing import TraceStore
 from evoharness.sdk import cli as sdk_cli
 from evoharness.sdk.cli.traces import TRACE_DB
 from evoharness.sdk.environment import plugin_names
+from evoharness.sdk.executors import open_executor
 from evoharness.sdk.registry import GuardRuleVersions, open_registry
 
 console = sdk_cli.console
@@ -265,7 +266,11 @@ def judge(
     temperature: TemperatureOption = 0.0,
     rejudge: RejudgeOption = False,
     concurrency: Annotated[int, typer.Option(min=1, max=256)] = 8,
-    workers: Annotated[int, typer.Option(min=1, max=32, help="Processes (JudgePool)")] = 1,
+    workers: Annotated[int, typer.Option(min=1, max=32, help="Parallel workers")] = 1,
+    executor: Annotated[
+        str,
+        typer.Option(help="Where workers run: processes, threads, ray or ray:<address>"),
+    ] = "processes",
     registry: RegistryOption = REGISTRY,
 ) -> None:
     """Judge every trace that needs it (resumable) and write scores back to the store.
@@ -285,15 +290,18 @@ def judge(
     plugin = load_plugin(env)
     source = _source(db)
     episodes = _owned(plugin, list(source.episodes(_filter(tag, session, meta))))
-    if workers > 1:
-        with JudgePool(
-            grader_factory=functools.partial(pool_grader, env, spec),
-            rubrics_factory=functools.partial(pool_rubrics, env),
-            state_path=state,
-            scores_path=db,
-            workers=workers,
-        ) as pool:
-            report = pool.judge(episodes, concurrency=concurrency)
+    if workers > 1 or executor.startswith("ray"):
+        with (
+            open_executor(executor, workers=workers) as backend,
+            JudgePool(
+                grader_factory=functools.partial(pool_grader, env, spec),
+                rubrics_factory=functools.partial(pool_rubrics, env),
+                state_path=state,
+                scores_path=db,
+                executor=backend,
+            ) as pool,
+        ):
+            report = pool.judge(episodes, concurrency=concurrency, rejudge=rejudge)
     else:
         st = EvolveState(state)
         with Progress(

@@ -23,13 +23,16 @@ See ``docs/monitor.md``.
 from evoharness.evolve.monitor.checks import (
     DriftConfig,
     ToolSample,
+    activated_at,
     context_rot,
     load_manifests,
     mentioned_tools,
     quality_drift,
     stale_preference_data,
     tool_decay,
+    tool_samples_of,
     version_group,
+    windows,
 )
 from evoharness.evolve.monitor.findings import (
     INTERNAL_TAG,
@@ -61,6 +64,7 @@ __all__ = [
     "Layer",
     "MonitorReport",
     "ToolSample",
+    "activated_at",
     "context_rot",
     "detect",
     "environment_tools",
@@ -77,5 +81,7 @@ __all__ = [
     "run_monitor",
     "stale_preference_data",
     "tool_decay",
+    "tool_samples_of",
     "version_group",
+    "windows",
 ]

@@ -404,3 +404,22 @@ def test_bench_monitor_smoke() -> None:
     assert {"detection_delay", "false_alarms", "baseline_false_alarms"} <= set(last)
     assert last["false_alarms"] == "0" and result["false_alarms"] == 0
     assert int(last["detected"].split("/")[0]) >= 6  # the 0.2 and 0.3 drops at least
+
+
+def test_public_names_exported() -> None:
+    import inspect
+
+    import evoharness.evolve.monitor as pkg
+    from evoharness.evolve.monitor import checks, findings, run, sequential
+
+    for module in (checks, findings, run, sequential):
+        public = {
+            name
+            for name, obj in vars(module).items()
+            if not name.startswith("_")
+            and (inspect.isclass(obj) or inspect.isfunction(obj))
+            and obj.__module__ == module.__name__
+        }
+        missing = public - set(pkg.__all__)
+        assert not missing, (module.__name__, missing)
+    assert all(hasattr(pkg, name) for name in pkg.__all__)

@@ -13,6 +13,7 @@ destroys prefix reuse, so the optional LATEST OBSERVATION note goes last.)
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import threading
@@ -621,4 +622,21 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
-        return self.shrink(request.tool_call["name"], await handler(request))
+        name = request.tool_call["name"]
+        result = await handler(request)
+        if self._may_block(name, result):  # a model judgement or a cold-store write
+            return await asyncio.to_thread(self.shrink, name, result)
+        return self.shrink(name, result)
+
+    def _may_block(self, name: str, result: ToolResult) -> bool:
+        """Whether :meth:`shrink` may call the compaction model or write the cold store."""
+        if not isinstance(result, ToolMessage) or result.status == "error":
+            return False
+        size = len(text_of(result))
+        judged = (
+            self.compaction_model is not None
+            and name not in self._rules
+            and size > self.config.judge_above_chars
+        )
+        limit = self.config.offload_chars
+        return judged or (limit is not None and size > limit)

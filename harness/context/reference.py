@@ -9,6 +9,7 @@ recorded (state, a ``memory_injected`` event, and the trace's ``skill_ids``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NotRequired, TypedDict, cast
 
@@ -79,7 +80,8 @@ class ReferenceMiddleware(AgentMiddleware[ReferenceState, Any, Any]):
     async def abefore_agent(
         self, state: ReferenceState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        return self.start(state)
+        # the provider reads a store (SQLite, Redis, ...): off the event loop
+        return await asyncio.to_thread(self.start, state)
 
     @staticmethod
     def _inject(request: ModelRequest[Any]) -> ModelRequest[Any]:

@@ -20,7 +20,7 @@ from evoharness.harness.context.reference import ReferenceMiddleware, ReferenceP
 from evoharness.harness.control.drift_check import DriftCheckMiddleware
 from evoharness.harness.control.loop_detection import LoopDetectionMiddleware, detect_loop
 from evoharness.harness.control.reply_check import ReplyCheckConfig, ReplyCheckMiddleware
-from evoharness.harness.control.token_budget import TokenBudgetMiddleware, tokens_used
+from evoharness.harness.control.token_budget import TokenBudgetMiddleware
 from evoharness.harness.errors import (
     ConfigError,
     EvoharnessError,
@@ -108,5 +108,4 @@ __all__ = [
     "message_text",
     "require_extra",
     "session_scope",
-    "tokens_used",
 ]

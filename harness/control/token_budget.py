@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
-from langchain_core.messages import AnyMessage
 
 from evoharness.harness._history import history_stats, reply_tokens
 from evoharness.harness._messages import last_ai, with_note
@@ -22,11 +21,6 @@ DEFAULT_HINTS: dict[Tier, str] = {
     "minimal": "Token budget nearly exhausted: conclude now with what you have (call the "
     "final tool or answer directly).",
 }
-
-
-def tokens_used(messages: Sequence[AnyMessage]) -> int:
-    """Tokens spent so far: provider-reported usage, else the approximation per reply."""
-    return sum(reply_tokens(m) for m in messages)
 
 
 class TokenBudgetMiddleware(AgentMiddleware[Any, Any, Any]):

@@ -58,7 +58,7 @@ def _arm(
             results=work / "eval.db",  # shared: identical runs are measured once
             reflector=SimulatedReflector(),
             trace_db=work / "traces.db",
-            config=PromptLayerConfig(search=search, search_budget=budget),  # type: ignore[arg-type]
+            config=PromptLayerConfig(search=search, search_budget=budget),
         )
     finally:
         registry.close()

@@ -140,7 +140,7 @@ def bench_proposals(
         val_limit=val_limit,
         guard_limit=guard_limit,
         budget=budget,
-        echo=console.print,
+        echo=lambda line: console.print(line, markup=False),
     )
 
 

@@ -29,7 +29,7 @@ RULES_HEADER = "LESSONS LEARNED (evolve prompt rules; follow them):"
 ``LESSONS`` header)."""
 
 _HEADER = re.compile(r"^([A-Z][A-Za-z ]{1,40}):\s*(.*)$")
-_PROTECT = {
+_PROTECT: dict[str, SectionKind] = {
     "tool": "tool_policy",
     "tools": "tool_policy",
     "rules": "constraints",
@@ -59,7 +59,7 @@ def template_from_text(text: str) -> PromptTemplate:
         body = "\n".join(lines).strip()
         if not body:
             continue
-        kind: SectionKind = "role" if name == "role" else _PROTECT[name]  # type: ignore[assignment]
+        kind: SectionKind = "role" if name == "role" else _PROTECT[name]
         sections.append(Section(name=name, kind=kind, text=body, protected=name != "role"))
     return PromptTemplate(sections=sections)
 

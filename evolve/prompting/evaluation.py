@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib
 import json
 import sqlite3
 import threading
@@ -131,7 +132,7 @@ def _runtime(item: EvalItem) -> tuple[Any, frozenset[str]]:
                 if i.priority == "P0"
             }
             hit = _ENVS[key] = (env, frozenset(p0))
-        return hit  # type: ignore[no-any-return]
+        return hit
 
 
 def _store(path: str) -> Any:
@@ -275,8 +276,8 @@ class EvalResults:
 def mcnemar_exact(wins: int, losses: int) -> float:
     """One-sided exact McNemar p-value that the candidate is better: the binomial test of
     ``wins`` (candidate succeeded, control failed) among the discordant pairs (scipy)."""
-    from scipy.stats import binomtest
-
+    # scipy ships no type stubs; the module is read through importlib (typed as Any)
+    binomtest = importlib.import_module("scipy.stats").binomtest
     n = wins + losses
     if n == 0:
         return 1.0
@@ -436,7 +437,7 @@ class PairedEvaluation:
                             prompt_name=prompt,
                             version=version,
                             prompt_text=text,
-                            arm=arm,  # type: ignore[arg-type]
+                            arm=arm,
                             eval_id=eval_id,
                             candidate_ref=ref,
                             trace_db=self.trace_db,

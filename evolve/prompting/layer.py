@@ -23,6 +23,7 @@ from evoharness.evolve.prompting.evaluation import EvalResults, PairedEvaluation
 from evoharness.evolve.prompting.gates import PROPOSAL_KIND, GateConfig, GateReport, check_gates
 from evoharness.evolve.prompting.reflect import Reflector
 from evoharness.evolve.prompting.search import HarnessGEPAAdapter, SearchTask, gepa_search
+from evoharness.evolve.rubric import BASE_ITEMS
 from evoharness.harness.errors import ConfigError
 from evoharness.sdk.prompts import PromptVersion, RegistryPromptStore
 from evoharness.sdk.registry import ArtifactNotFound, Registry
@@ -241,12 +242,20 @@ def run_prompt_layer(
             "(evoharness prompts create --activate, or ensure_prompt(...))",
             field="prompt",
         ) from exc
+    # items recorded at weight 0 (an open circuit, a truncation) are context, not mistakes
+    queries = [str(p.get("query") or "") for p in packages[:50]]
+    record_only = {
+        i.id
+        for i in (*BASE_ITEMS, *(it for q in queries for it in plugin.rubric_items(q)))
+        if i.priority == "P1" and i.weight == 0
+    }
+    skip = set(fixed_items) | record_only
     clusters = [
         c
         for c in cluster_bad_cases(
             packages, case_key=plugin.case_key, hints=hints, min_size=cfg.min_cluster
         )
-        if c.item not in set(fixed_items)
+        if c.item not in skip
     ][: cfg.max_clusters]
     report = PromptLayerReport(prompt=prompt, active=active.version, clusters=clusters)
     if not clusters:

@@ -127,7 +127,7 @@ class HarnessGEPAAdapter:
         self, batch: list[SearchTask], candidate: dict[str, str], capture_traces: bool = False
     ) -> Any:
         """Run every task of ``batch`` with the candidate's prompt; scores in [0, 1]."""
-        from gepa import EvaluationBatch
+        from gepa.core.adapter import EvaluationBatch
 
         text = self.template(candidate).render()
         tag = hashlib.sha256(text.encode()).hexdigest()[:10]
@@ -235,7 +235,7 @@ def gepa_search(
     Raises:
         ConfigError: Neither a reflector nor a reflection model, or no tasks.
     """
-    import gepa
+    from gepa.api import optimize
 
     if adapter.reflector is None and reflection_model is None:
         raise ConfigError(
@@ -246,7 +246,7 @@ def gepa_search(
     if not tasks:
         raise ConfigError("gepa_search needs at least one search task", field="tasks")
     data = list(tasks)
-    result = gepa.optimize(
+    result: Any = optimize(
         seed_candidate={COMPONENT: ""},
         trainset=data,
         valset=data,

@@ -82,7 +82,8 @@ def test_guard_p0_regression_rejects_despite_a_val_win(tmp_path: Path) -> None:
 KILL_SCRIPT = """
 import os, signal, sys
 import prompt_world as pw
-from evoharness.evolve.prompting import EvalResults, PairedEvaluation, append_rules, template_from_text
+from evoharness.evolve.prompting import (
+    EvalResults, PairedEvaluation, append_rules, template_from_text)
 from evoharness.sdk.executors import LocalExecutor
 base = template_from_text(pw.PROMPT)
 cand = append_rules(base, [pw.FIX])

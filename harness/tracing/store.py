@@ -1106,7 +1106,9 @@ class TraceStore:
         return True
 
     def close(self, timeout: float = 5.0) -> bool:
-        """Flush with a deadline and stop the writer."""
+        """Flush with a deadline and stop the writer (spilled lines stay on disk for the
+        next writer of this store)."""
+        atexit.unregister(self.close)
         flushed = self.flush(timeout)
         self._stop.set()
         if self._writer is not None:

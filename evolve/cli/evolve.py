@@ -14,6 +14,7 @@ from pydantic import SecretStr
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from evoharness.evolve.curation import LLMCurator
 from evoharness.evolve.cycle import run_cycle, summarize
 from evoharness.evolve.environment import (
     EvolveEnvironment,
@@ -465,9 +466,23 @@ def cycle(
     votes: VotesOption = 3,
     temperature: TemperatureOption = 0.0,
     rejudge: RejudgeOption = False,
+    curator: Annotated[
+        str,
+        typer.Option(
+            help="rule (deterministic proposer) or llm (the --judge-model proposes memory "
+            "operations; the rule proposer is its fallback)"
+        ),
+    ] = "rule",
     concurrency: Annotated[int, typer.Option(min=1, max=256)] = 8,
 ) -> None:
     """collect -> judge -> route -> curate, in one resumable run."""
+    if curator not in ("rule", "llm"):
+        raise ConfigError(f"unknown --curator {curator!r}; use rule or llm", field="curator")
+    if curator == "llm" and not judge_model:
+        raise ConfigError(
+            "--curator llm needs --judge-model (and --base-url for a local endpoint)",
+            field="curator",
+        )
     spec = JudgeSpec(
         judge_kind,
         model=judge_model,
@@ -489,7 +504,11 @@ def cycle(
             rubrics=build_rubrics(plugin, cache_path=HOME / "rubrics.db"),
             state=EvolveState(state),
             memory=MemoryStore(memory_path, registry=artifacts),
-            proposer=build_proposer(plugin),
+            proposer=(
+                LLMCurator(spec.chat_model(), fallback=build_proposer(plugin))
+                if curator == "llm"
+                else build_proposer(plugin)
+            ),
             guard_rules=GuardRuleVersions(artifacts),
             scores_to=source.store,
             concurrency=concurrency,

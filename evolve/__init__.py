@@ -2,6 +2,13 @@
 
 from evoharness.evolve.curation import LLMCurator, RuleProposer, default_pattern
 from evoharness.evolve.cycle import CycleReport, run_cycle
+from evoharness.evolve.environment import (
+    EnvironmentPlugin,
+    EvolveEnvironment,
+    ScoreEvidence,
+    load_plugin,
+)
+from evoharness.evolve.evidence import EpisodeEvidence, Intervention
 from evoharness.evolve.jobs import JudgePool, JudgeReport, judge_episodes, write_scores
 from evoharness.evolve.judge import (
     DEFAULT_CHECKS,
@@ -9,6 +16,7 @@ from evoharness.evolve.judge import (
     Judge,
     JudgeFailure,
     LLMJudge,
+    RelativeJudge,
     RuleJudge,
     Verdict,
     verdict_from,
@@ -34,6 +42,7 @@ from evoharness.evolve.routing import (
     routes_for,
 )
 from evoharness.evolve.rubric import Rubric, RubricGenerator, RubricItem
+from evoharness.evolve.sessions import SessionView, sessions
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import (
     Episode,
@@ -49,9 +58,13 @@ __all__ = [
     "DEFAULT_CHECKS",
     "CycleReport",
     "DiagnosisPackage",
+    "EnvironmentPlugin",
     "Episode",
+    "EpisodeEvidence",
     "EpisodeFilter",
+    "EvolveEnvironment",
     "EvolveState",
+    "Intervention",
     "ItemResult",
     "Judge",
     "JudgeFailure",
@@ -66,12 +79,15 @@ __all__ = [
     "MemoryOp",
     "MemoryRetriever",
     "MemoryStore",
+    "RelativeJudge",
     "RouteConfig",
     "Rubric",
     "RubricGenerator",
     "RubricItem",
     "RuleJudge",
     "RuleProposer",
+    "ScoreEvidence",
+    "SessionView",
     "StrategyEntry",
     "ToolCallRecord",
     "TraceSource",
@@ -81,12 +97,14 @@ __all__ = [
     "confidence",
     "default_pattern",
     "judge_episodes",
+    "load_plugin",
     "propose_guard_rules",
     "reduce_ops",
     "render_reference",
     "route_all",
     "routes_for",
     "run_cycle",
+    "sessions",
     "similarity",
     "verdict_from",
     "write_scores",

@@ -27,6 +27,7 @@ from evoharness.evolve.train.model import (
     training_chat_template,
 )
 from evoharness.harness import ConfigError, RunError
+from evoharness.harness.tracing import TraceStore, trace_id_for
 from evoharness.sdk.registry.base import content_hash
 
 Progress = Callable[[int, int, dict[str, float]], None]
@@ -366,6 +367,43 @@ def prepare_rows(
     return [dict(r) for r in rows], 0
 
 
+def record_run(store: TraceStore, result: TrainResult, config: TrainConfig) -> str:
+    """Write a finished run to the trace store: a ``train`` trace with one score per metric.
+
+    Returns:
+        The trace id (stable per run directory and fingerprint).
+    """
+    run_id = f"train:{config.method}:{result.fingerprint}:{Path(result.run_dir).name}"
+    trace_id = trace_id_for(run_id)
+    now = time.time()
+    store.put_trace(
+        {
+            "id": trace_id,
+            "run_id": run_id,
+            "name": f"train-{config.method}",
+            "tags": ["train", config.method],
+            "start_time": now - result.train_seconds,
+            "end_time": now,
+            "status": "ok",
+            "input": {"base_model": config.base_model, "fingerprint": result.fingerprint},
+            "output": {"adapter_dir": result.adapter_dir, "steps": result.steps},
+            "metadata": {"config": config.model_dump(mode="json"), "rows": result.rows},
+        }
+    )
+    for name, value in sorted(result.metrics.items()):
+        store.put_score(
+            {
+                "id": f"{trace_id}-{name}",
+                "trace_id": trace_id,
+                "name": f"train/{name}",
+                "value": float(value),
+                "source": "train",
+                "created_at": now,
+            }
+        )
+    return trace_id
+
+
 def train(
     config: TrainConfig,
     rows: Sequence[dict[str, Any]],
@@ -376,6 +414,7 @@ def train(
     tools: Sequence[Callable[..., Any]] = (),
     environment_factory: Callable[[], Any] | None = None,
     progress: Progress | None = None,
+    store: TraceStore | None = None,
 ) -> TrainResult:
     """Train a LoRA adapter on ``rows`` in ``run_dir`` (resuming if it was killed).
 
@@ -389,6 +428,7 @@ def train(
         tools: GRPO tools (plain typed functions with Google docstrings).
         environment_factory: GRPO environments (``reset(**row)``; public methods are tools).
         progress: Called after each step.
+        store: A trace store that gets the run's metrics (:func:`record_run`).
 
     Raises:
         ConfigError: The run directory belongs to another config.
@@ -452,7 +492,7 @@ def train(
     manifest.finished_at = time.time()
     manifest.metrics = metrics
     _write_json(path / "run.json", manifest.model_dump(mode="json"))
-    return TrainResult(
+    result = TrainResult(
         run_dir=str(path),
         adapter_dir=str(adapter_dir),
         fingerprint=manifest.fingerprint,
@@ -464,3 +504,6 @@ def train(
         train_seconds=seconds,
         metrics=metrics,
     )
+    if store is not None:
+        record_run(store, result, config)
+    return result

@@ -38,12 +38,21 @@ def test_sft_dpo_grpo_each_change_the_adapter(tiny_base: str, tmp_path: Path) ->
     import json
 
     from evoharness.evolve.train.runner import train
+    from evoharness.harness.tracing import TraceStore
 
+    store = TraceStore(tmp_path / "traces.db")
     sft = train(
         SFTRunConfig(base_model=tiny_base, max_steps=12, save_steps=12, learning_rate=1e-2),
         sft_rows(),
         run_dir=tmp_path / "sft",
+        store=store,
     )
+    store.flush()
+    (trace,) = store.traces()
+    assert trace.name == "train-sft" and "train" in trace.tags
+    scores = {s.name: s.value for s in store.scores(trace.id)}
+    assert scores["train/train_loss"] > 0 and scores["train/tokens_per_s"] > 0
+    store.close()
     sft_w = _weights(sft.adapter_dir)
     assert _lora_b_norm(sft_w) > 0  # LoRA B starts at zero: training moved it
     config = json.loads((Path(sft.adapter_dir) / "adapter_config.json").read_text())

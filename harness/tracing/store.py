@@ -373,6 +373,7 @@ class TraceQuery:
             result is then ordered by change, oldest first.
         newest_first: Order by start time, newest first (for "the last N").
         limit: At most this many traces.
+        id_prefix: Trace ids starting with this (a primary-key range).
     """
 
     since: float | None = None
@@ -388,6 +389,7 @@ class TraceQuery:
     upto_seq: int | None = None
     newest_first: bool = False
     limit: int | None = None
+    id_prefix: str | None = None
 
     def sql(self) -> tuple[str, list[Any]]:
         """``WHERE ... ORDER BY ... LIMIT`` and its arguments."""
@@ -400,6 +402,9 @@ class TraceQuery:
             where.append(f"{column} = ?")
             args.append(value)
 
+        if self.id_prefix:
+            where.append("id >= ? AND id < ?")
+            args += [self.id_prefix, self.id_prefix + "\uffff"]
         if self.since is not None:
             where.append("start_time >= ?")
             args.append(self.since)

@@ -88,9 +88,10 @@ def show(
 ) -> None:
     """A trace as a tree: agent, model calls, tool calls and harness decisions."""
     store = _open(db)
-    matches = [t for t in store.traces() if t.id.startswith(trace_id)]
+    matches = store.query(TraceQuery(id_prefix=trace_id.lower(), limit=2))
     if len(matches) != 1:
-        raise ConfigError(f"{len(matches)} traces match {trace_id!r}; give more of the id")
+        found = "no trace matches" if not matches else "several traces match"
+        raise ConfigError(f"{found} {trace_id!r}; give more of the id")
     t = matches[0]
     obs = store.observations(t.id)
     children: dict[str | None, list[Observation]] = {}

@@ -18,7 +18,12 @@ from evoharness.evolve.monitor import (
     read_findings,
     run_monitor,
 )
-from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
+from evoharness.evolve.traces import (
+    EpisodeFilter,
+    LangfuseTraceSource,
+    LocalTraceSource,
+    TraceSource,
+)
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.cli import console
@@ -84,6 +89,14 @@ def monitor(
     show: Annotated[
         bool, typer.Option("--show", help="Only show the latest recorded findings.")
     ] = False,
+    langfuse: Annotated[
+        bool,
+        typer.Option(
+            "--langfuse",
+            help="Read runs from Langfuse (LANGFUSE_PUBLIC_KEY/SECRET_KEY/BASE_URL) instead "
+            "of the local store; findings are still recorded locally (and exported).",
+        ),
+    ] = False,
     fail_on: Annotated[
         str,
         typer.Option(
@@ -100,7 +113,47 @@ def monitor(
     if not db.exists():
         raise ConfigError(f"no trace store at {db}; run `evoharness run` first or pass --db")
     store = TraceStore(db)
-    source = LocalTraceSource(store)
+    source: TraceSource = LocalTraceSource(store)
+    exporter = None
+    if langfuse:
+        from evoharness.harness.tracing.langfuse_export import LangfuseExporter
+
+        exporter = LangfuseExporter(store)
+        source = LangfuseTraceSource(exporter.api)
+    try:
+        _monitor(
+            store,
+            source,
+            show=show,
+            registry=registry,
+            env=env,
+            datasets=datasets,
+            hours=hours,
+            tag=tag,
+            config=DriftConfig(reference=reference, batch=batch, alpha=alpha),
+            record=record,
+            fail_on=fail_on,
+        )
+    finally:
+        if exporter is not None:
+            exporter.stop()
+        store.close()
+
+
+def _monitor(
+    store: TraceStore,
+    source: TraceSource,
+    *,
+    show: bool,
+    registry: str,
+    env: str | None,
+    datasets: list[Path] | None,
+    hours: float | None,
+    tag: list[str] | None,
+    config: DriftConfig,
+    record: bool,
+    fail_on: str,
+) -> None:
     if show:
         show_findings(read_findings(source), title="latest monitor findings")
         return
@@ -109,46 +162,47 @@ def monitor(
         if registry and ("://" in registry or Path(registry).exists())
         else None
     )
-    tools = environment_tools(env) if env else None
-    where = EpisodeFilter(
-        tags=tag or [], since=None if hours is None else time.time() - hours * 3600
-    )
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("monitor", total=None, info="")
-
-        def tick(step: str, done: int, total: int) -> None:
-            if total:
-                progress.update(task, description=step, completed=done, total=total, info="")
-            else:
-                progress.update(task, description=step, info=f"{done} runs")
-
-        report = run_monitor(
-            source,
-            registry=reg,
-            config=DriftConfig(reference=reference, batch=batch, alpha=alpha),
-            where=where,
-            registered_tools=tools,
-            dataset_dirs=datasets or [],
-            record_to=store if record else None,
-            on_progress=tick,
+    try:
+        tools = environment_tools(env) if env else None
+        where = EpisodeFilter(
+            tags=tag or [], since=None if hours is None else time.time() - hours * 3600
         )
-    console.print(
-        f"read {report.episodes} runs ({report.judged} judged), {report.tool_calls} tool calls"
-        f" in {report.seconds:.1f} s"
-        + (f"; recorded as trace {report.trace_id}" if report.trace_id else "")
-    )
-    show_findings(report.findings, title="monitor findings")
-    store.close()
-    if reg is not None:
-        reg.close()
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("monitor", total=None, info="")
+
+            def tick(step: str, done: int, total: int) -> None:
+                if total:
+                    progress.update(task, description=step, completed=done, total=total, info="")
+                else:
+                    progress.update(task, description=step, info=f"{done} runs")
+
+            report = run_monitor(
+                source,
+                registry=reg,
+                config=config,
+                where=where,
+                registered_tools=tools,
+                dataset_dirs=datasets or [],
+                record_to=store if record else None,
+                on_progress=tick,
+            )
+        console.print(
+            f"read {report.episodes} runs ({report.judged} judged), {report.tool_calls} tool calls"
+            f" in {report.seconds:.1f} s"
+            + (f"; recorded as trace {report.trace_id}" if report.trace_id else "")
+        )
+        show_findings(report.findings, title="monitor findings")
+    finally:
+        if reg is not None:
+            reg.close()
     worst = min((FAIL_LEVELS.index(f.severity) for f in report.findings), default=len(FAIL_LEVELS))
     if worst <= FAIL_LEVELS.index(fail_on) and fail_on != "never":
         raise typer.Exit(1)

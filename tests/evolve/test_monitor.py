@@ -26,11 +26,19 @@ from evoharness.evolve.monitor import (
     read_findings,
     run_monitor,
 )
-from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource, TraceSource
+from evoharness.evolve.traces import (
+    Episode,
+    EpisodeFilter,
+    LangfuseTraceSource,
+    LocalTraceSource,
+    TraceSource,
+)
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import TraceStore, new_span_id, root_span_id, trace_id_for
+from evoharness.harness.tracing.langfuse_export import LangfuseExporter
 from evoharness.sdk.prompts import PromptTemplate, RegistryPromptStore
 from evoharness.sdk.registry import Registry, open_registry
+from evoharness.sdk.testing.langfuse_standin import LangfuseStandIn
 
 T0 = 1_700_000_000.0
 Tool = tuple[str, bool, float]  # name, ok, latency ms
@@ -423,3 +431,29 @@ def test_public_names_exported() -> None:
         missing = public - set(pkg.__all__)
         assert not missing, (module.__name__, missing)
     assert all(hasattr(pkg, name) for name in pkg.__all__)
+
+
+def test_through_langfuse(store: TraceStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    fill(store, 50, seed=13)
+    fill(store, 20, start=50, mean=0.45, seed=14)
+    assert store.flush(10)
+    config = DriftConfig(reference=20, batch=5)
+    local = run_monitor(LocalTraceSource(store), config=config, record_to=store)
+    assert {(f.check, f.metric) for f in local.findings} >= {("quality_drift", "total")}
+    with LangfuseStandIn() as lf:
+        exporter = LangfuseExporter(
+            store, public_key="pk-lf-mon", secret_key="sk-lf-mon", base_url=lf.base_url
+        )
+        assert exporter.drain(30)
+        # the recorded findings read back from Langfuse
+        remote = LangfuseTraceSource(exporter.api, page_size=100)
+        assert [f.subject for f in read_findings(remote)] == [f.subject for f in local.findings]
+        exporter.stop()
+        # the same runs and drift read from Langfuse, the monitor's own trace left out
+        monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk-lf-mon-cli")
+        monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-lf-mon-cli")
+        monkeypatch.setenv("LANGFUSE_BASE_URL", lf.base_url)
+        args = ["monitor", "--db", str(store.path), "--langfuse", "--no-record"]
+        result = CliRunner().invoke(build_app(), [*args, "--reference", "20", "--batch", "5"])
+        assert result.exit_code == 0, result.output
+        assert "read 70 runs (70 judged)" in result.output and "quality_drift" in result.output

@@ -42,6 +42,13 @@ _EVENT_KINDS: dict[str, InterventionKind] = {
     "hook_failed": "error",
     "memory_injection_failed": "error",
     "context_summary_failed": "error",
+    # ReplyCheckMiddleware: a cut-off reply, an empty one, or retries of malformed calls
+    # used up (the malformed calls themselves are read from the generations, not counted
+    # twice from their ``tool_call_malformed`` events)
+    "reply_truncated": "truncated",
+    "reply_empty": "error",
+    "reply_check_failed": "error",
+    "guard_rules_load_failed": "error",
 }
 
 

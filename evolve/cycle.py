@@ -68,15 +68,26 @@ async def run_cycle(
     on_progress: Callable[[str, str], None] | None = None,
     rejudge: bool = False,
     owns: Callable[[Episode], bool] | None = None,
+    since_last: str | None = None,
 ) -> CycleReport:
     """Run one cycle over the episodes ``where`` selects (idempotent and resumable).
 
     Every read and write is keyed by the batch (its verdicts, its pool entries), so the
     cost is O(new episodes), not O(history). With ``owns``, episodes the environment does
-    not own are left out and counted as ``unmatched``.
+    not own are left out and counted as ``unmatched``. With ``since_last`` (a cursor name,
+    e.g. ``"cycle"``) and a source that has cursors, only traces written since the last
+    completed cycle of that name are read; the cursor moves only when the cycle finished,
+    so a killed cycle is read again (judging skips what it already did).
     """
     started = time.time()
     now = now or started
+    upto: str | None = None
+    cursor_of = getattr(source, "cursor", None)
+    if since_last is not None and callable(cursor_of):
+        upto = str(cursor_of())
+        where = (where or EpisodeFilter()).model_copy(
+            update={"after_cursor": state.cursor(since_last), "upto_cursor": upto}
+        )
     episodes = list(source.episodes(where))
     unmatched: list[Episode] = []
     if owns is not None:
@@ -138,6 +149,8 @@ async def run_cycle(
         else:
             report.guard_version = current.version
     report.seconds = round(time.time() - started, 3)
+    if since_last is not None and upto is not None:
+        state.save_cursor(since_last, upto)
     state.record_cycle(started, report.model_dump(mode="json"))
     return report
 

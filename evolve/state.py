@@ -31,6 +31,9 @@ CREATE INDEX IF NOT EXISTS routes_by_route ON routes (route, created_at, trace_i
 CREATE TABLE IF NOT EXISTS cycles (
   id INTEGER PRIMARY KEY, started_at REAL, finished_at REAL, report TEXT
 );
+CREATE TABLE IF NOT EXISTS cursors (
+  name TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at REAL NOT NULL
+);
 """
 # Columns added after the first release (migrated in place).
 _ADDED = (("judgments", "judge_key", "TEXT"), ("judgments", "fingerprint", "TEXT"))
@@ -254,6 +257,22 @@ class EvolveState:
         with self._lock:
             return dict(
                 self._conn.execute("SELECT route, COUNT(*) FROM routes GROUP BY route").fetchall()
+            )
+
+    def cursor(self, name: str) -> str | None:
+        """The source position a named incremental reader reached last (``None``: never)."""
+        with self._lock:
+            row = self._conn.execute("SELECT value FROM cursors WHERE name=?", (name,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def save_cursor(self, name: str, value: str) -> None:
+        """Remember where a named incremental reader got to (after its work committed)."""
+        with self._lock:
+            self._conn.execute(
+                "INSERT INTO cursors(name, value, updated_at) VALUES (?,?,?) "
+                "ON CONFLICT(name) DO UPDATE SET value=excluded.value, "
+                "updated_at=excluded.updated_at",
+                (name, value, time.time()),
             )
 
     def record_cycle(self, started: float, report: dict[str, Any]) -> int:

@@ -473,6 +473,13 @@ def cycle(
             "operations; the rule proposer is its fallback)"
         ),
     ] = "rule",
+    since_last: Annotated[
+        bool,
+        typer.Option(
+            "--since-last",
+            help="Read only traces written since the last --since-last cycle of this --env",
+        ),
+    ] = False,
     concurrency: Annotated[int, typer.Option(min=1, max=256)] = 8,
 ) -> None:
     """collect -> judge -> route -> curate, in one resumable run."""
@@ -514,6 +521,7 @@ def cycle(
             concurrency=concurrency,
             rejudge=rejudge,
             owns=plugin.owns,
+            since_last=f"cycle:{env}" if since_last else None,
         )
     )
     source.store.flush(30)

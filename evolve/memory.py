@@ -130,6 +130,46 @@ def _merge(into: MemoryEntry, other: MemoryEntry, now: float) -> MemoryEntry:
     )
 
 
+class _Group:
+    """The entries of one (kind, pattern) during a curation batch: ids in order and, built
+    on first use, an inverted index of their summaries' words."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.postings: dict[str, set[str]] | None = None
+        self.sizes: dict[str, int] = {}
+
+    def _index(self, i: str, summary: str) -> None:
+        assert self.postings is not None
+        found = words(summary)
+        self.sizes[i] = len(found)
+        for w in found:
+            self.postings.setdefault(w, set()).add(i)
+
+    def insert(self, i: str, summary: str) -> None:
+        at = bisect.bisect_left(self.ids, i)
+        if at == len(self.ids) or self.ids[at] != i:
+            self.ids.insert(at, i)
+        if self.postings is not None:
+            self._index(i, summary)
+
+    def similar(self, summary: str, out: dict[str, MemoryEntry], at_least: float) -> list[str]:
+        """Ids whose summary is at least ``at_least`` similar to ``summary`` (the numbers
+        :func:`similarity` gives: |a & b| / (|a| + |b| - |a & b|))."""
+        if self.postings is None:
+            self.postings = {}
+            for i in self.ids:
+                self._index(i, out[i].summary)
+        mine = words(summary)
+        hits: Counter[str] = Counter()
+        for w in mine:
+            hits.update(self.postings.get(w, ()))
+        n = len(mine)
+        return [
+            i for i, shared in hits.items() if shared / (n + self.sizes[i] - shared) >= at_least
+        ]
+
+
 def reduce_ops(
     entries: dict[str, MemoryEntry],
     ops: Iterable[MemoryOp],
@@ -147,34 +187,45 @@ def reduce_ops(
     """
     out = dict(entries)
     # One pass over the batch: an ADD's twin can only share its kind and pattern, so ADDs
-    # look in that group (ids in order) instead of sorting and scanning the whole memory.
+    # look in that group (ids in order) instead of sorting and scanning the whole memory,
+    # and with the lexical similarity only at entries sharing a word with the new summary.
     # ADDs run before every UPDATE, so no pattern changes while the groups are in use.
-    groups: dict[tuple[str, str], list[str]] | None = None
+    groups: dict[tuple[str, str], _Group] | None = None
+    lexical = similar is similarity and dedupe_at > 0
     for op in sorted(ops, key=_op_key):
         if op.op == "ADD" and op.entry is not None:
             if groups is None:
                 groups = {}
                 for e in sorted(out.values(), key=lambda e: e.id):
-                    groups.setdefault((e.kind, e.query_pattern), []).append(e.id)
+                    groups.setdefault((e.kind, e.query_pattern), _Group()).ids.append(e.id)
             new = op.entry.model_copy(
                 update={"created_at": op.entry.created_at or now, "updated_at": now}
             )
-            group = groups.setdefault((new.kind, new.query_pattern), [])
-            twin = next(
-                (
-                    out[i]
-                    for i in group
-                    if not out[i].retired
-                    and out[i].kind == new.kind
-                    and out[i].query_pattern == new.query_pattern
-                    and (i == new.id or similar(out[i].summary, new.summary) >= dedupe_at)
-                ),
-                None,
-            )
-            at = bisect.bisect_left(group, new.id)
-            if twin is None and (at == len(group) or group[at] != new.id):
-                group.insert(at, new.id)  # (an id whose pattern an UPDATE changed comes back)
+            group = groups.setdefault((new.kind, new.query_pattern), _Group())
+
+            def fits(i: str, new: MemoryEntry = new) -> bool:
+                e = out[i]
+                return not e.retired and e.kind == new.kind and e.query_pattern == new.query_pattern
+
+            if lexical:
+                found = group.similar(new.summary, out, dedupe_at)
+                if new.id in out:
+                    found.append(new.id)
+                twin_id = min((i for i in found if fits(i)), default=None)
+            else:
+                twin_id = next(
+                    (
+                        i
+                        for i in group.ids
+                        if fits(i)
+                        and (i == new.id or similar(out[i].summary, new.summary) >= dedupe_at)
+                    ),
+                    None,
+                )
+            twin = out[twin_id] if twin_id is not None else None
             out[twin.id if twin else new.id] = _merge(twin, new, now) if twin else new
+            if twin is None:
+                group.insert(new.id, new.summary)  # (also an id whose pattern was updated)
         elif op.op == "UPDATE" and op.id in out:
             allowed = {
                 k: v
@@ -452,8 +503,14 @@ class _Index:
     def __init__(self) -> None:
         self.entries: dict[str, MemoryEntry] = {}
         self.words: dict[str, frozenset[str]] = {}
+        self.meta: dict[str, tuple[int, float]] = {}  # id -> (word count, weight)
+        self.sizes: dict[str, Counter[int]] = {"strategy": Counter(), "lesson": Counter()}
         self.postings: dict[str, dict[str, set[str]]] = {"strategy": {}, "lesson": {}}
         self.preferences: dict[str, list[str]] = {}  # user id -> entry ids, in order
+
+    def smallest(self, kind: str) -> int:
+        """The fewest content words any live entry of ``kind`` has."""
+        return min(self.sizes[kind], default=0)
 
     def remove(self, entry_id: str) -> None:
         old = self.entries.pop(entry_id, None)
@@ -465,6 +522,10 @@ class _Index:
                 mine.remove(entry_id)
             return
         postings = self.postings[old.kind]
+        size = self.meta.pop(entry_id, (0, 0.0))[0]
+        self.sizes[old.kind][size] -= 1
+        if not self.sizes[old.kind][size]:
+            del self.sizes[old.kind][size]
         for w in self.words.pop(entry_id, frozenset()):
             ids = postings.get(w)
             if ids is not None:
@@ -483,6 +544,8 @@ class _Index:
             return
         found = words(entry.text)
         self.words[entry.id] = found
+        self.meta[entry.id] = (len(found), max(entry.confidence, 0.05))
+        self.sizes[entry.kind][len(found)] += 1
         postings = self.postings[entry.kind]
         for w in found:
             postings.setdefault(w, set()).add(entry.id)
@@ -545,27 +608,43 @@ class MemoryRetriever:
 
     def _ranked(self, query: str, kind: str, entries: dict[str, MemoryEntry]) -> list[MemoryEntry]:
         if self.similar is similarity and self.min_relevance > 0:
-            # Jaccard from the postings: an entry sharing no word scores 0 and is never
-            # picked, so only entries that share a word are scored (same numbers as
-            # similarity(): |q & e| / |q | e| with |q | e| = |q| + |e| - |q & e|).
-            query_words = words(query)
-            postings = self._index.postings[kind]
-            hits: Counter[str] = Counter()
-            for w in query_words:
-                hits.update(postings.get(w, ()))
-            n, sizes = len(query_words), self._index.words
-            scored = [
-                (shared / (n + len(sizes[i]) - shared) * max(entries[i].confidence, 0.05), i)
-                for i, shared in hits.items()
-            ]
-        else:
-            scored = [
-                (self.similar(query, e.text) * max(e.confidence, 0.05), e.id)
-                for e in entries.values()
-                if e.kind == kind
-            ]
+            return [entries[i] for i in self._lexical(words(query), kind)]
+        scored = [
+            (self.similar(query, e.text) * max(e.confidence, 0.05), e.id)
+            for e in entries.values()
+            if e.kind == kind
+        ]
         best = heapq.nsmallest(self.k, scored, key=lambda t: (-t[0], t[1]))
         return [entries[i] for rel, i in best if rel >= self.min_relevance]
+
+    def _lexical(self, query_words: frozenset[str], kind: str) -> list[str]:
+        """Top-k ids by Jaccard over content words x weight, from the postings.
+
+        An entry sharing no word scores 0 and is never picked, so only entries that share
+        a word are scored, with the numbers :func:`similarity` gives (|q & e| / |q | e|,
+        |q | e| = |q| + |e| - |q & e|). Posting lists are taken rarest first; an entry
+        found only in the ``r`` lists not yet taken shares at most ``r`` words, so scores
+        at most ``r / (|q| + max(smallest |e|, r) - r)`` (weight <= 1): once the k-th best
+        score beats that, the common words' long lists are never walked.
+        """
+        postings = self._index.postings[kind]
+        lists = sorted((postings[w] for w in query_words if w in postings), key=len)
+        n, meta, k = len(query_words), self._index.meta, self.k
+        smallest = self._index.smallest(kind)
+        seen: set[str] = set()
+        scored: list[tuple[float, str]] = []
+        best: list[tuple[float, str]] = []
+        for j, posting in enumerate(lists):
+            left = len(lists) - j
+            if len(best) == k and best[-1][0] > left / (n + max(smallest, left) - left):
+                break
+            for i in posting - seen:
+                shared = sum(i in p for p in lists)
+                size, weight = meta[i]
+                scored.append((shared / (n + size - shared) * weight, i))
+            seen |= posting
+            best = heapq.nsmallest(k, scored, key=lambda t: (-t[0], t[1]))
+        return [i for rel, i in best if rel >= self.min_relevance]
 
     def retrieve(self, query: str, *, user_id: str | None = None) -> list[MemoryEntry]:
         """Relevant live entries: up to ``k`` strategies, ``k`` lessons, and the user's

@@ -241,3 +241,35 @@ def test_a_store_written_before_the_change_log_is_read_whole(tmp_path: Path) -> 
     store = MemoryStore(path)
     assert [e.id for e in MemoryRetriever(store).retrieve("ebay prices")] == [old.id]
     store.close()
+
+
+def test_pruned_lexical_ranking_equals_the_full_scan(tmp_path: Path) -> None:
+    """Zipf-distributed words: long posting lists are skipped, the top k stays exact."""
+    rng = random.Random(11)
+    vocab = [f"word{i}" for i in range(3000)]
+    weights = [1 / (i + 1) for i in range(len(vocab))]
+
+    def text(n: int) -> str:
+        return " ".join(rng.choices(vocab, weights, k=n))
+
+    live = {
+        e.id: e
+        for e in (
+            MemoryEntry(
+                kind=rng.choice(["strategy", "lesson"]),
+                query_pattern=text(2),
+                summary=text(rng.randint(1, 12)),
+                confidence=round(rng.random(), 2),
+            )
+            for _ in range(3000)
+        )
+    }
+    store = MemoryStore(tmp_path / "memory.db")
+    store.replace(live)
+    retriever = MemoryRetriever(store)
+    current = store.entries()
+    for _ in range(40):
+        query = text(rng.randint(1, 10))
+        want = reference_retrieve(current, query, None)
+        assert [e.id for e in retriever.retrieve(query)] == want
+    store.close()

@@ -58,6 +58,9 @@ class PromptDemoResult(BaseModel):
 
     steps: list[StepNumbers]
     layer: PromptLayerReport
+    """The prompt layer after memory."""
+    prompt_only: PromptLayerReport | None = None
+    """The prompt layer without memory (run when nothing was accepted after memory)."""
     test: PairedReport | None = None
     rollout: list[str] = Field(default_factory=list)
     rollout_status: str = "not started"
@@ -125,6 +128,7 @@ def run_prompt_demo(
     guard_limit: int = 40,
     config: PromptLayerConfig | None = None,
     executor: Any = None,
+    fallback_without_memory: bool = True,
     on_phase: Callable[[str], None] | None = None,
 ) -> PromptDemoResult:
     """memory -> prompt proposal -> paired evaluation -> rollout, with val and test numbers.
@@ -139,6 +143,9 @@ def run_prompt_demo(
         guard_limit: Train tasks (disjoint from the search set) forming the guard split.
         config: Prompt-layer settings (default: GEPA, rollout dwell 30 simulated minutes).
         executor: Runs the evaluation rollouts.
+        fallback_without_memory: When nothing beats the active version after memory, run
+            the prompt layer alone (no memory) on the bad cases of runs without memory, so
+            the proposal -> evaluation -> rollout steps are still shown (labelled).
         on_phase: Receives progress lines.
     """
     say = on_phase or (lambda _m: None)
@@ -167,39 +174,77 @@ def run_prompt_demo(
     )
 
     # 2. proposal -> gates -> paired evaluation -> rollout stage one
-    say("prompt layer: cluster, propose (GEPA, SIMULATED reflector), gate, paired evaluation")
+    say("prompt layer after memory: cluster, propose (GEPA, SIMULATED reflector), gate")
     cfg = config or PromptLayerConfig(min_dwell_s=1800)
-    layer = run_prompt_layer(
-        registry=registry,
-        prompt=env,
-        env=env,
-        packages=packages,
-        val=("val", val_ids),
-        guard=("train", guard_ids),
-        results=results,
-        reflector=SimulatedReflector(),
-        executor=executor,
-        trace_db=traces,
-        memory_db=memory_db,
-        config=cfg,
-    )
+
+    def layer_run(pkgs: list[dict[str, Any]], memory: Path | None) -> PromptLayerReport:
+        return run_prompt_layer(
+            registry=registry,
+            prompt=env,
+            env=env,
+            packages=pkgs,
+            val=("val", val_ids),
+            guard=("train", guard_ids),
+            results=results,
+            reflector=SimulatedReflector(),
+            executor=executor,
+            trace_db=traces,
+            memory_db=memory,
+            config=cfg,
+        )
+
+    def measure(memory: Path | None, split: str, ids: list[str]) -> float:
+        ev = PairedEvaluation(env, results, executor=executor, trace_db=traces, memory_db=memory)
+        return ev.run(env, base, base, val=(split, ids)).val.control_success
+
+    layer = layer_run(packages, memory_db)
     phases = {p.label: p.report.success_rate for p in demo.phases}
     steps = [
-        StepNumbers(step="harnessed", val=phases.get("harnessed")),
-        StepNumbers(step="harnessed + memory", val=phases.get("harnessed + learned")),
+        StepNumbers(
+            step="harnessed", val=phases.get("harnessed"), test=measure(None, "test", test_ids)
+        ),
+        StepNumbers(
+            step="harnessed + memory",
+            val=phases.get("harnessed + learned"),
+            test=measure(memory_db, "test", test_ids),
+        ),
     ]
     result = PromptDemoResult(steps=steps, layer=layer)
+    used_memory: Path | None = memory_db
+    if layer.accepted is None:
+        spent = layer.rollouts
+        steps.append(
+            StepNumbers(
+                step="memory + prompt layer",
+                note=f"{[p.status for p in layer.proposals] or 'no cluster'} after {spent} "
+                "search runs: nothing beat the active version (memory already fixed what "
+                "the simulator lets a prompt fix)",
+            )
+        )
+        if fallback_without_memory:
+            say("prompt layer alone (no memory), on the bad cases of the runs without memory")
+            pre = bad_case_packages(
+                PairedEvaluation(env, results, executor=executor, trace_db=traces),
+                env,
+                base,
+                ("train", search_ids),
+                workdir / "evolve-prompt-only.db",
+            )
+            result.prompt_only = layer = layer_run(pre, None)
+            used_memory = None
     accepted = layer.accepted
     last = layer.proposals[-1] if layer.proposals else None
+    label = "memory + prompt" if used_memory is not None else "prompt only (no memory)"
     if last is not None and last.evaluation is not None:
         ev = last.evaluation
         steps.append(
             StepNumbers(
-                step=f"memory + prompt v{ev.candidate} ({last.status})",
+                step=f"{label} v{ev.candidate} ({last.status})",
                 val=ev.val.candidate_success,
                 note=f"active v{ev.control} {ev.val.control_success:.1%} on the same runs; "
-                f"p={ev.val.p_value:.4f}; guard P0 regressions "
-                f"{len(ev.guard.p0_regressions) if ev.guard else 0}",
+                f"+{ev.val.wins}/-{ev.val.losses} paired, p={ev.val.p_value:.4f}; guard P0 "
+                f"regressions {len(ev.guard.p0_regressions) if ev.guard else 0}; "
+                f"{last.rollouts} task runs",
             )
         )
     if accepted is None or accepted.version is None:
@@ -211,16 +256,13 @@ def run_prompt_demo(
     # 3. test numbers (reported, decide nothing) and a SIMULATED rollout from them
     say(f"test split: active v{active.version} vs candidate v{accepted.version} (report only)")
     cand = RolloutController(registry).prompts.get(env, accepted.version)
-    test = evaluation.run(env, base, (cand.version, cand.render()), val=("test", test_ids))
+    test = PairedEvaluation(
+        env, results, executor=executor, trace_db=traces, memory_db=used_memory
+    ).run(env, base, (cand.version, cand.render()), val=("test", test_ids))
     result.test = test
-    steps[1].test = test.val.control_success
     steps[-1].test = test.val.candidate_success
-    by_version = {
-        active.version: [
-            r for r in results.done(test.eval_id).values() if r.version == active.version
-        ],
-        cand.version: [r for r in results.done(test.eval_id).values() if r.version == cand.version],
-    }
+    done = results.done(test.eval_id).values()
+    by_version = {v: [r for r in done if r.version == v] for v in (active.version, cand.version)}
     now = [time.time()]
     ctl = RolloutController(registry, clock=lambda: now[0])
     mon = ctl.monitor(env)

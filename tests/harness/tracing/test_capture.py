@@ -276,3 +276,36 @@ def test_ids_are_strings_with_pii_keyed_hashed(tmp_path: Path) -> None:
         raw = "\n".join(str(r) for r in conn.execute("SELECT * FROM traces"))
     assert "bob@example.com" not in raw and "7946" not in raw
     store.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_context_window_metrics_are_per_session(tmp_path: Path, mode: Mode) -> None:
+    from evoharness.harness.context.middleware import ContextMiddleware
+
+    store = TraceStore(tmp_path / "t.db")
+    tracer = Tracer(store)
+    context = ContextMiddleware(cold_dir=tmp_path / "cold")
+    model = ScriptedChatModel(script=["a1", "a2", "b1"])
+    agent = create_evo_agent(
+        model, [], middleware=[context], checkpointer=InMemorySaver(), tracer=tracer
+    )
+    calls = [("s1-turn1", "t1"), ("s1-turn2", "t1"), ("s2-turn1", "t2")]
+    for run_id, thread in calls:  # both sessions open with the same words
+        config: Any = {"configurable": {"thread_id": thread}}
+        payload = {"messages": [HumanMessage("plan a trip to Lisbon")]}
+        if mode == "invoke":
+            agent.invoke(payload, config, run=RunInfo(run_id=run_id))
+        else:
+            asyncio.run(agent.ainvoke(payload, config, run=RunInfo(run_id=run_id)))
+    reuse = {
+        run_id: [
+            o.metadata["prefix_reuse"]
+            for o in observations(store, run_id, "event")
+            if o.name == "context_window"
+        ]
+        for run_id, _ in calls
+    }
+    assert reuse["s1-turn1"] == [0.0]
+    assert reuse["s1-turn2"][0] > 0.3  # the same session: its earlier window is reused
+    assert reuse["s2-turn1"] == [0.0]  # a new session shares nothing on its first call
+    store.close()

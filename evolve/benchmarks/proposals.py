@@ -70,7 +70,7 @@ def run(
     search_tasks: int = 60,
     val_limit: int | None = None,
     guard_limit: int = 40,
-    budget: int = 40,
+    budget: int = 60,
     echo: Callable[[str], None] = print,
 ) -> dict[str, float]:
     """Run the bench; returns the last line's numbers."""
@@ -112,10 +112,8 @@ def run(
             echo(
                 f"[simulated] {label}: clusters {[c.key for c in report.clusters]}; "
                 f"proposals {[p.status for p in report.proposals]}; rollouts {spent}; "
-                + (
-                    f"accepted v{acc.version} rules {acc.rules}: {acc.reason}"
-                    if acc
-                    else "nothing accepted"
+                + "; ".join(
+                    f"v{p.version} {p.status} rules {p.rules}: {p.reason}" for p in report.proposals
                 )
             )
             out[f"{search}_rollouts"] = float(spent)

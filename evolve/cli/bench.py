@@ -130,7 +130,7 @@ def bench_proposals(
     search_tasks: Annotated[int, typer.Option(min=2, help="Train tasks judged for clusters.")] = 60,
     val_limit: Annotated[int | None, typer.Option(min=2, help="Val tasks (default all).")] = None,
     guard_limit: Annotated[int, typer.Option(min=1, help="Guard tasks (train).")] = 40,
-    budget: Annotated[int, typer.Option(min=4, help="GEPA rollout budget.")] = 40,
+    budget: Annotated[int, typer.Option(min=4, help="GEPA rollout budget.")] = 60,
 ) -> None:
     """Prompt proposals: rollouts per accepted candidate and its paired val win (SIMULATED)."""
     from evoharness.evolve.benchmarks import proposals
@@ -142,6 +142,16 @@ def bench_proposals(
         budget=budget,
         echo=lambda line: console.print(line, markup=False),
     )
+
+
+@app.command("scale")
+def bench_scale(
+    quick: Annotated[bool, typer.Option(help="Small sizes (a smoke test, seconds).")] = False,
+) -> None:
+    """Reads, cycle, export drain, context and memory at growing size (real shop traces)."""
+    from evoharness.evolve.benchmarks import scale
+
+    scale.run(quick=quick, echo=console.print)
 
 
 # Register new benchmarks above this line (one ``@app.command("<name>")`` function each).

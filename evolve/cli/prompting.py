@@ -75,7 +75,7 @@ def _reflection(
     from langchain_openai import ChatOpenAI
 
     key = os.environ.get(key_env) if key_env else None
-    chat = ChatOpenAI(model=model, base_url=base_url, api_key=key or "not-needed")  # type: ignore[arg-type]
+    chat = ChatOpenAI(model=model, base_url=base_url, api_key=key or "not-needed")
     return None, chat
 
 
@@ -121,7 +121,7 @@ def propose(
     model: Annotated[str | None, typer.Option(help="Reflection model (--reflector llm)")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Env var with the API key")] = None,
-    budget: Annotated[int, typer.Option(min=1, help="GEPA rollout budget")] = 40,
+    budget: Annotated[int, typer.Option(min=1, help="GEPA rollout budget")] = 60,
     search_split: Annotated[str, typer.Option(help="Split of the bad cases' tasks")] = "train",
     val_split: ValSplit = "val",
     val_limit: Limit = None,
@@ -157,7 +157,7 @@ def propose(
             env_options=_options(seed),
             trace_db=db,
             memory_db=memory,
-            config=PromptLayerConfig(search=search, search_budget=budget),  # type: ignore[arg-type]
+            config=PromptLayerConfig(search=search, search_budget=budget),
             evaluate=evaluate,
         )
         _print(report)

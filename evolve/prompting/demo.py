@@ -210,6 +210,7 @@ def run_prompt_demo(
         ),
     ]
     result = PromptDemoResult(steps=steps, layer=layer)
+    steps = result.steps  # pydantic copied the list: append to the result's own
     used_memory: Path | None = memory_db
     if layer.accepted is None:
         spent = layer.rollouts

@@ -66,8 +66,8 @@ class PromptLayerConfig(BaseModel):
     combine: bool = True
     max_clusters: int = Field(4, ge=1)
     min_cluster: int = Field(2, ge=1)
-    search_budget: int = Field(40, ge=1)
-    search_tasks: int = Field(12, ge=1)
+    search_budget: int = Field(60, ge=1)
+    search_tasks: int = Field(24, ge=1)
     gates: GateConfig = GateConfig()
     alpha: float = Field(0.05, gt=0, lt=1)
     stages: tuple[float, ...] = tuple(DEFAULT_STAGES)

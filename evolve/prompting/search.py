@@ -219,9 +219,11 @@ def gepa_search(
     reflection_model: Any = None,
     max_metric_calls: int = 40,
     minibatch: int = 3,
+    pareto_tasks: int = 12,
     seed: int = 0,
 ) -> SearchResult:
-    """Search for rules with GEPA over ``tasks`` (trainset and GEPA's own valset).
+    """Search for rules with GEPA over ``tasks`` (its trainset; the first ``pareto_tasks``
+    are its own valset).
 
     Args:
         adapter: The adapter (its ``reflector`` or ``reflection_model`` proposes).
@@ -230,6 +232,8 @@ def gepa_search(
             adapter has no reflector).
         max_metric_calls: Rollout budget of the search.
         minibatch: GEPA's reflection minibatch size.
+        pareto_tasks: The first N tasks form GEPA's own valset (Pareto tracking and the
+            best candidate); every task is in its trainset (reflection minibatches).
         seed: GEPA's seed.
 
     Raises:
@@ -249,7 +253,7 @@ def gepa_search(
     result: Any = optimize(
         seed_candidate={COMPONENT: ""},
         trainset=data,
-        valset=data,
+        valset=data[:pareto_tasks],
         adapter=adapter,
         reflection_lm=_model_lm(reflection_model) if adapter.reflector is None else None,
         reflection_minibatch_size=min(minibatch, len(data)),

@@ -448,6 +448,7 @@ def train(
             adapter_dir=str(adapter_dir),
             fingerprint=manifest.fingerprint,
             steps=config.max_steps,
+            tokens_per_s=manifest.metrics.get("tokens_per_s", 0.0),
             metrics=manifest.metrics,
         )
     set_seed(config.seed)

@@ -113,6 +113,7 @@ def _evaluate(
     *,
     max_calls: int,
     max_new_tokens: int,
+    store: TraceStore | None = None,
 ) -> tuple[list[TaskResult], _ReplyStats]:
     stats = _ReplyStats({t.name for t in env.tools_for(tasks[0])})
 
@@ -129,6 +130,8 @@ def _evaluate(
             middleware_factory=env.harness_middleware,
             concurrency=1,
             max_model_calls=max_calls,
+            tracer=Tracer(store) if store is not None else None,
+            tags=["weights-eval", version],
         )
     )
     return results, stats
@@ -217,7 +220,7 @@ def run(
         pool = AdapterPool(SMOLLM2)
         started = time.perf_counter()
         base_results, base_stats = _evaluate(
-            env, val, pool, BASE, max_calls=max_calls, max_new_tokens=max_new_tokens
+            env, val, pool, BASE, max_calls=max_calls, max_new_tokens=max_new_tokens, store=store
         )
         echo(
             f"  base: {sum(r.success for r in base_results)}/{len(val)} solved, "
@@ -261,7 +264,13 @@ def run(
         pool.load(served_name(v_sft), sft.adapter_dir)
         started = time.perf_counter()
         sft_results, sft_stats = _evaluate(
-            env, val, pool, served_name(v_sft), max_calls=max_calls, max_new_tokens=max_new_tokens
+            env,
+            val,
+            pool,
+            served_name(v_sft),
+            max_calls=max_calls,
+            max_new_tokens=max_new_tokens,
+            store=store,
         )
         echo(
             f"  sft ({served_name(v_sft)}): {sum(r.success for r in sft_results)}/{len(val)} "
@@ -324,6 +333,7 @@ def run(
                 served_name(v_rl),
                 max_calls=max_calls,
                 max_new_tokens=max_new_tokens,
+                store=store,
             )
             rl_success = sum(r.success for r in rl_results) / len(val)
             echo(

@@ -135,3 +135,14 @@ def _eval_ids(db: Path) -> list[str]:
 
     with sqlite3.connect(db) as conn:
         return [r[0] for r in conn.execute("SELECT DISTINCT eval_id FROM runs")]
+
+
+def test_process_executor_gives_the_same_report(tmp_path: Path) -> None:
+    cand = append_rules(BASE, [pw.FIX])
+    val = ("val", VAL[1][:6])
+    inline = _evaluation(tmp_path / "a").run("pw", (1, BASE.render()), (2, cand.render()), val=val)
+    with LocalExecutor("processes", workers=2) as ex:
+        ev = PairedEvaluation(ENV, EvalResults(tmp_path / "b" / "eval.db"), executor=ex)
+        spawned = ev.run("pw", (1, BASE.render()), (2, cand.render()), val=val)
+    assert spawned.val == inline.val
+    assert spawned.accepted == inline.accepted

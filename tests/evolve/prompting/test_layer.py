@@ -146,3 +146,19 @@ def test_rejection_is_recorded_with_its_evidence(tmp_path: Path) -> None:
         "guard-5",
     ]
     assert RolloutController(reg).running("pw") is None
+
+
+def test_direct_path_with_an_llm_reflector(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def reflect(messages: list[BaseMessage]) -> AIMessage:
+        seen.append(str(messages[-1].content))
+        return AIMessage(f"Rules:\n1. {pw.FIX}\n")
+
+    model = ScriptedChatModel(policy=reflect, model_name="reflection (scripted)")
+    _, report = _layer(tmp_path, reflection_model=model, config=PromptLayerConfig(search="direct"))
+    assert "Rubric item: right_answer (P1)" in seen[0]
+    assert "Judge: wrong sum" in seen[0]
+    assert report.accepted is not None
+    assert report.accepted.rules == [pw.FIX]
+    assert report.accepted.search_rollouts == 0

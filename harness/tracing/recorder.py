@@ -23,6 +23,7 @@ silently merging two runs into one trace. Group the turns of a conversation with
 from __future__ import annotations
 
 import logging
+import os
 import random
 import sqlite3
 import threading
@@ -57,13 +58,19 @@ log = logging.getLogger("evoharness.tracing")
 _RECENT_RUNS = 16_384  # run ids this tracer remembers having opened (about 1.5 MB)
 
 
+_IDS = random.Random(os.urandom(16))
+# A private generator: code that seeds the global one (tests, evolve jobs) must not make
+# span ids repeat; reseeded in a forked child so parent and child never share a sequence.
+os.register_at_fork(after_in_child=lambda: _IDS.seed(os.urandom(16)))
+
+
 def _span_id() -> str:
     """A random, non-zero 16-hex span id.
 
-    Span ids must be unique, not secret: the process's Mersenne Twister (reseeded after a
-    fork) costs a fraction of the ``os.urandom`` system call per observation.
+    Span ids must be unique, not secret: a Mersenne Twister seeded from the OS costs a
+    fraction of the ``os.urandom`` system call per observation.
     """
-    return f"{random.getrandbits(64) or 1:016x}"
+    return f"{_IDS.getrandbits(64) or 1:016x}"
 
 
 class RunIdReusedError(ConfigError):

@@ -309,3 +309,16 @@ def test_context_window_metrics_are_per_session(tmp_path: Path, mode: Mode) -> N
     assert reuse["s1-turn2"][0] > 0.3  # the same session: its earlier window is reused
     assert reuse["s2-turn1"] == [0.0]  # a new session shares nothing on its first call
     store.close()
+
+
+def test_span_ids_do_not_repeat_when_the_global_random_is_seeded() -> None:
+    import random
+
+    from evoharness.harness.tracing.recorder import _span_id
+
+    random.seed(42)
+    first = [_span_id() for _ in range(3)]
+    random.seed(42)
+    second = [_span_id() for _ in range(3)]
+    assert not set(first) & set(second)
+    assert all(len(i) == 16 and int(i, 16) for i in first + second)

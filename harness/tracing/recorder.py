@@ -143,7 +143,12 @@ class Tracer:
     # -- runs ------------------------------------------------------------------------------
     @contextmanager
     def run(self, info: RunInfo) -> Iterator[ActiveRun]:
-        """Open a trace for one run; it is closed (ok / error) whatever happens inside."""
+        """Open a trace for one run; it is closed (ok / error) whatever happens inside.
+
+        Raises:
+            RunIdReusedError: ``info.run_id`` already names a trace (opened by this tracer,
+                or in the store): each invocation needs its own run id.
+        """
         parent = current_context()
         trace_id = trace_id_for(info.run_id)
         self._claim(info.run_id, trace_id)

@@ -381,7 +381,8 @@ class PairedEvaluation:
             raise ConfigError(f"alpha must be in (0, 1), got {alpha}", field="alpha")
         self.env = env
         self.results = results
-        self.executor = executor
+        self.executor: Any = executor
+        self._own: Any = None
         self.env_options = dict(env_options or {})
         self.trace_db = str(trace_db) if trace_db is not None else None
         self.memory_db = str(memory_db) if memory_db is not None else None
@@ -394,8 +395,17 @@ class PairedEvaluation:
             return self.executor
         from evoharness.sdk.executors import LocalExecutor
 
-        self.executor = LocalExecutor("threads", workers=4)
-        return self.executor
+        own = LocalExecutor("threads", workers=4)
+        self.executor = self._own = own
+        return own
+
+    def close(self) -> None:
+        """Stop the executor this evaluation created (a given one is left to its owner)."""
+        own = getattr(self, "_own", None)
+        if own is not None:
+            own.close()
+            self._own = None
+            self.executor = None
 
     def eval_id(
         self,

@@ -21,7 +21,7 @@ from evoharness.evolve.prompting.clusters import BadCaseCluster, cluster_bad_cas
 from evoharness.evolve.prompting.edits import append_rules, template_from_text
 from evoharness.evolve.prompting.evaluation import EvalResults, PairedEvaluation, PairedReport
 from evoharness.evolve.prompting.gates import PROPOSAL_KIND, GateConfig, GateReport, check_gates
-from evoharness.evolve.prompting.reflect import Reflector
+from evoharness.evolve.prompting.reflect import LLMReflector, Reflector
 from evoharness.evolve.prompting.search import HarnessGEPAAdapter, SearchTask, gepa_search
 from evoharness.evolve.rubric import BASE_ITEMS
 from evoharness.harness.errors import ConfigError
@@ -221,8 +221,6 @@ def run_prompt_layer(
     Returns:
         The :class:`PromptLayerReport`; ``report.accepted`` is in the rollout at stage one.
     """
-    from evoharness.evolve.prompting.reflect import LLMReflector
-
     started = time.time()
     cfg = config or PromptLayerConfig()
     if reflector is None and reflection_model is None:
@@ -271,6 +269,44 @@ def run_prompt_layer(
         memory_db=memory_db,
         alpha=cfg.alpha,
     )
+    try:
+        return _propose_all(
+            report, clusters, evaluation, registry, store, active, plugin, hints, cfg,
+            env=env, prompt=prompt, val=val, guard=guard, search_split=search_split,
+            reflector=reflector,
+            reflection_model=reflection_model, env_options=env_options, trace_db=trace_db,
+            memory_db=memory_db, actor=actor, now=now, evaluate=evaluate, started=started,
+        )  # fmt: skip
+    finally:
+        evaluation.close()
+
+
+def _propose_all(
+    report: PromptLayerReport,
+    clusters: list[BadCaseCluster],
+    evaluation: PairedEvaluation,
+    registry: Registry,
+    store: RegistryPromptStore,
+    active: PromptVersion,
+    plugin: Any,
+    hints: dict[str, str],
+    cfg: PromptLayerConfig,
+    *,
+    env: str,
+    prompt: str,
+    val: tuple[str, Sequence[str]],
+    guard: tuple[str, Sequence[str]],
+    search_split: str,
+    reflector: Reflector | None,
+    reflection_model: Any,
+    env_options: dict[str, Any] | None,
+    trace_db: Path | str | None,
+    memory_db: Path | str | None,
+    actor: str,
+    now: float | None,
+    evaluate: bool,
+    started: float,
+) -> PromptLayerReport:
     run_side = runtime_of(plugin, **(env_options or {}))
     requests = {t.task_id: t.request for t in run_side.tasks(search_split)}
     groups = [clusters] if cfg.combine else [[c] for c in clusters]

@@ -20,7 +20,13 @@ from evoharness.evolve.environment import lesson_hints_of, load_plugin, runtime_
 from evoharness.evolve.prompting.clusters import BadCaseCluster, cluster_bad_cases
 from evoharness.evolve.prompting.edits import append_rules, template_from_text
 from evoharness.evolve.prompting.evaluation import EvalResults, PairedEvaluation, PairedReport
-from evoharness.evolve.prompting.gates import PROPOSAL_KIND, GateConfig, GateReport, check_gates
+from evoharness.evolve.prompting.gates import (
+    PROPOSAL_KIND,
+    GateConfig,
+    GateReport,
+    check_gates,
+    proposals_in_period,
+)
 from evoharness.evolve.prompting.reflect import LLMReflector, Reflector
 from evoharness.evolve.prompting.search import HarnessGEPAAdapter, SearchTask, gepa_search
 from evoharness.evolve.rubric import BASE_ITEMS
@@ -103,6 +109,8 @@ class PromptLayerReport(BaseModel):
     active: int
     clusters: list[BadCaseCluster]
     proposals: list[Proposal] = Field(default_factory=list)
+    note: str = ""
+    """Why nothing was searched (e.g. the per-period quota was used up), if so."""
     seconds: float = 0.0
 
     @property
@@ -256,6 +264,13 @@ def run_prompt_layer(
         if c.item not in skip
     ][: cfg.max_clusters]
     report = PromptLayerReport(prompt=prompt, active=active.version, clusters=clusters)
+    used = proposals_in_period(registry, prompt, period_s=cfg.gates.period_s, now=now)
+    if clusters and used >= cfg.gates.max_per_period:
+        report.note = (
+            f"quota: {used} candidates of {prompt!r} in the last {cfg.gates.period_s:g} s "
+            f"(max {cfg.gates.max_per_period}); nothing searched"
+        )
+        clusters = []
     if not clusters:
         report.seconds = round(time.time() - started, 3)
         return report

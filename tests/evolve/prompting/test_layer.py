@@ -12,6 +12,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from evoharness.evolve.prompting import (
     PROPOSAL_KIND,
+    GateConfig,
     PromptLayerConfig,
     SimulatedReflector,
     close_worker_caches,
@@ -162,3 +163,17 @@ def test_direct_path_with_an_llm_reflector(tmp_path: Path) -> None:
     assert report.accepted is not None
     assert report.accepted.rules == [pw.FIX]
     assert report.accepted.search_rollouts == 0
+
+
+def test_quota_used_up_searches_nothing(tmp_path: Path) -> None:
+    config = PromptLayerConfig(search="direct", gates=GateConfig(max_per_period=1))
+    reg, first = _layer(tmp_path, reflector=SimulatedReflector(), config=config)
+    assert first.accepted is not None
+    RolloutController(reg).rollback("pw", reason="test")
+    second = run_prompt_layer(
+        registry=reg, prompt="pw", env=ENV, packages=packages(), val=VAL, guard=GUARD,
+        results=tmp_path / "eval.db", executor=LocalExecutor("inline"),
+        reflector=SimulatedReflector(), config=config,
+    )  # fmt: skip
+    assert second.proposals == []
+    assert second.note.startswith("quota: 1 candidates of 'pw'")

@@ -38,7 +38,7 @@ class BadCaseCluster(BaseModel):
         priority: ``P1`` or ``P2``.
         pattern: The case pattern (the environment's case key).
         hint: The item's imperative hint (what to do instead), if the environment has one.
-        cases: The failing cases, oldest first.
+        cases: The failing cases, by task id.
     """
 
     item: str
@@ -105,7 +105,13 @@ def cluster_bad_cases(
     """
     hints = hints or {}
     groups: dict[tuple[str, str], BadCaseCluster] = {}
-    for pkg in packages:
+
+    def order(pkg: Mapping[str, Any]) -> tuple[str, str, str]:
+        task = (pkg.get("metadata") or {}).get("task_id")
+        return (str(task or ""), str(pkg.get("query") or ""), str(pkg.get("trace_id")))
+
+    # a deterministic order (pools are ordered by write time): same packages, same clusters
+    for pkg in sorted(packages, key=order):
         verdict = pkg.get("verdict") or {}
         query = str(pkg.get("query") or "")
         meta = dict(pkg.get("metadata") or {})

@@ -273,3 +273,30 @@ def test_pruned_lexical_ranking_equals_the_full_scan(tmp_path: Path) -> None:
         want = reference_retrieve(current, query, None)
         assert [e.id for e in retriever.retrieve(query)] == want
     store.close()
+
+
+def test_churned_index_is_compacted_and_still_exact(tmp_path: Path) -> None:
+    """Every rewrite of an entry leaves a dead slot behind; once dead slots outnumber the
+    live ones (and 1,024) the arrays are rebuilt, and rankings stay those of a full scan."""
+    rng = random.Random(5)
+    store = MemoryStore(tmp_path / "memory.db")
+    live = {e.id: e for e in (make_entry(rng, i) for i in range(400))}
+    store.replace(live)
+    retriever = MemoryRetriever(store, refresh_s=3600)
+    retriever.refresh()
+    dead_seen = 0
+    for step in range(8):  # every entry rewritten each step
+        live = {
+            i: e.model_copy(update={"confidence": round(rng.random(), 3)}) for i, e in live.items()
+        }
+        store.replace(live, note=f"churn {step}")
+        retriever.refresh()
+        dead_seen = max(dead_seen, retriever._index.postings["strategy"].dead)
+        current = store.entries()
+        for query, user in QUERIES:
+            want = reference_retrieve(current, query, user)
+            assert [e.id for e in retriever.retrieve(query, user_id=user)] == want
+    postings = retriever._index.postings["strategy"]
+    assert dead_seen > 0 and postings.dead <= 1024  # rebuilt along the way, not growing
+    assert len(postings.ids) <= len(postings.slot) + 1024
+    store.close()

@@ -448,6 +448,8 @@ def train(
             adapter_dir=str(adapter_dir),
             fingerprint=manifest.fingerprint,
             steps=config.max_steps,
+            rows=int(manifest.metrics.get("rows", 0)),
+            dropped_rows=int(manifest.metrics.get("dropped_rows", 0)),
             tokens_per_s=manifest.metrics.get("tokens_per_s", 0.0),
             metrics=manifest.metrics,
         )
@@ -490,6 +492,8 @@ def train(
         metrics.update({k: float(v) for k, v in logs[-1].items() if isinstance(v, int | float)})
     tokens_per_s = seen / seconds if seconds > 0 else 0.0
     metrics["tokens_per_s"] = tokens_per_s
+    metrics["rows"] = float(len(prepared))
+    metrics["dropped_rows"] = float(dropped)
     manifest.finished_at = time.time()
     manifest.metrics = metrics
     _write_json(path / "run.json", manifest.model_dump(mode="json"))

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
+from evoharness.evolve.embeddings import Embedder, VectorIndex
 from evoharness.harness.text import content_words
 from evoharness.sdk.registry import Registry, SQLiteRegistry
 
@@ -626,8 +627,11 @@ class MemoryRetriever:
     Entries are indexed once and kept current from the store's change log (every
     ``refresh_s`` seconds one indexed query fetches what was written since); with the
     default lexical relevance a query scores only the entries that share a word with it
-    (an inverted index), so retrieval does not scan the whole memory. A custom ``similar``
-    (embeddings) scores every entry of the kind.
+    (an inverted index), so retrieval does not scan the whole memory. An embedding
+    similarity (an :class:`~evoharness.evolve.embeddings.Embedder`, e.g.
+    ``EmbeddingSimilarity``) embeds each entry once, when it is indexed, into a
+    :class:`~evoharness.evolve.embeddings.VectorIndex` (one matrix-vector product per
+    query); any other ``similar`` scores every entry of the kind.
 
     Args:
         store: Where entries live.
@@ -654,6 +658,11 @@ class MemoryRetriever:
         self.min_relevance = min_relevance
         self.refresh_s = refresh_s
         self._index = _Index()
+        self._vectors: dict[str, VectorIndex] | None = (
+            {"strategy": VectorIndex(), "lesson": VectorIndex()}
+            if isinstance(similar, Embedder)
+            else None
+        )
         self._seq = -1
         self._checked: float | None = None
         self._lock = threading.Lock()
@@ -668,6 +677,8 @@ class MemoryRetriever:
                 else:
                     self._index.add(entry)
             self._index.compact()
+            if self._vectors is not None:
+                self._embed(changes)
             self._checked = time.monotonic()
             return len(changes)
 
@@ -676,9 +687,30 @@ class MemoryRetriever:
             self.refresh()
         return self._index.entries
 
+    def _embed(self, changes: list[tuple[str, MemoryEntry | None]]) -> None:
+        """Keep the vector indexes current: changed entries out, live ones embedded (one
+        batch) and in, weighted by confidence."""
+        assert self._vectors is not None and isinstance(self.similar, Embedder)
+        for entry_id, _ in changes:
+            for vectors in self._vectors.values():
+                vectors.remove(entry_id)
+        fresh = [
+            e
+            for _, e in changes
+            if e is not None and e.id in self._index.words  # indexed, live
+        ]
+        if fresh:
+            embedded = self.similar.embed([e.text for e in fresh])
+            for e, vector in zip(fresh, embedded, strict=True):
+                self._vectors[e.kind].add(e.id, vector, max(e.confidence, 0.05))
+
     def _ranked(self, query: str, kind: str, entries: dict[str, MemoryEntry]) -> list[MemoryEntry]:
         if self.similar is similarity and self.min_relevance > 0:
             found = self._index.postings[kind].top(words(query), self.k, self.min_relevance)
+            return [entries[i] for i in found]
+        if self._vectors is not None and isinstance(self.similar, Embedder):
+            query_vector = self.similar.embed([query])[0]
+            found = self._vectors[kind].top(query_vector, self.k, self.min_relevance)
             return [entries[i] for i in found]
         scored = [
             (self.similar(query, e.text) * max(e.confidence, 0.05), e.id)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from evoharness.evolve.embeddings import VectorIndex
 from evoharness.evolve.memory import (
     MemoryEntry,
     MemoryOp,
@@ -300,3 +303,100 @@ def test_churned_index_is_compacted_and_still_exact(tmp_path: Path) -> None:
     assert dead_seen > 0 and postings.dead <= 1024  # rebuilt along the way, not growing
     assert len(postings.ids) <= len(postings.slot) + 1024
     store.close()
+
+
+class HashEmbedder:
+    """Deterministic 16-dimensional vectors in steps of 1/8 (their dot products are exact in
+    float32, so the index and the per-pair scan give identical numbers)."""
+
+    def __init__(self) -> None:
+        self.embedded: list[str] = []
+
+    def embed(self, texts: list[str]) -> list[np.ndarray]:
+        self.embedded += texts
+        out = []
+        for t in texts:
+            v = np.zeros(16, np.float32)
+            for w in t.lower().split():
+                h = int(hashlib.sha256(w.encode()).hexdigest(), 16)
+                v[h % 16] += ((h >> 8) % 9 - 4) / 8
+            out.append(v)
+        return out
+
+    def __call__(self, a: str, b: str) -> float:
+        va, vb = self.embed([a, b])
+        return float((va * vb).sum())
+
+
+def reference_vector_retrieve(
+    entries: dict[str, MemoryEntry], query: str, similar: HashEmbedder, at_least: float
+) -> list[str]:
+    picked: list[str] = []
+    for kind in ("strategy", "lesson"):
+        ranked = sorted(
+            (
+                (similar(query, e.text) * max(e.confidence, 0.05), e.id)
+                for e in entries.values()
+                if e.kind == kind
+            ),
+            key=lambda t: (-t[0], t[1]),
+        )
+        picked += [i for rel, i in ranked[:3] if rel >= at_least]
+    return picked
+
+
+@pytest.mark.parametrize("at_least", [0.05, -1.0])
+def test_vector_index_retrieval_equals_the_scan(tmp_path: Path, at_least: float) -> None:
+    """Embedding relevance: entries are embedded once, when indexed (not per query), and
+    the matrix search ranks exactly as scoring every entry with ``similar`` does."""
+    rng = random.Random(13)
+    store = MemoryStore(tmp_path / "memory.db")
+    live = {e.id: e for e in (make_entry(rng, i) for i in range(300))}
+    store.replace(live)
+    embedder = HashEmbedder()
+    incremental = MemoryRetriever(store, similar=embedder, min_relevance=at_least, refresh_s=3600)
+    incremental.refresh()
+    assert sorted(embedder.embedded) == sorted(
+        e.text for e in live.values() if e.kind != "preference"
+    )
+    for step in range(4):
+        ids = sorted(live)
+        for i in rng.sample(ids, 20):
+            live[i] = live[i].model_copy(update={"confidence": round(rng.random(), 3)})
+        for i in rng.sample(ids, 10):
+            live[i] = live[i].model_copy(update={"retired": True})
+        for i in rng.sample(ids, 10):
+            live.pop(i)
+        for j in range(15):
+            e = make_entry(rng, 5000 * (step + 1) + j)
+            live[e.id] = e
+        store.replace(live, note=f"step {step}")
+        embedder.embedded.clear()
+        incremental.refresh()
+        assert len(embedder.embedded) <= 35  # only the changed entries are embedded again
+        scratch = MemoryRetriever(store, similar=HashEmbedder(), min_relevance=at_least)
+        current = store.entries()
+        for query, _ in QUERIES:
+            want = reference_vector_retrieve(current, query, HashEmbedder(), at_least)
+            assert [e.id for e in incremental.retrieve(query)] == want
+            assert [e.id for e in scratch.retrieve(query)] == want
+    store.close()
+
+
+def test_vector_index_rebuilds_after_many_removals() -> None:
+    index = VectorIndex()
+    rng = np.random.default_rng(0)
+    vectors = {f"e{i:05d}": rng.integers(-4, 5, 8).astype(np.float32) / 8 for i in range(3000)}
+    for i, v in vectors.items():
+        index.add(i, v)
+    for i in list(vectors)[:2000]:
+        index.remove(i)
+    assert len(index) == 1000 and index.dead <= 1024 and len(index.ids) < 3000
+    query = rng.integers(-4, 5, 8).astype(np.float32) / 8
+    kept = dict(list(vectors.items())[2000:])
+    want = sorted(
+        ((float((v * query).sum()), i) for i, v in kept.items()), key=lambda t: (-t[0], t[1])
+    )
+    assert index.top(query, 3, -10.0) == [i for _, i in want[:3]]
+    with pytest.raises(ValueError, match="dimensions"):
+        index.add("odd", np.zeros(4, np.float32))

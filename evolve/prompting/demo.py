@@ -175,7 +175,7 @@ def run_prompt_demo(
 
     # 2. proposal -> gates -> paired evaluation -> rollout stage one
     say("prompt layer after memory: cluster, propose (GEPA, SIMULATED reflector), gate")
-    cfg = config or PromptLayerConfig(min_dwell_s=1800)
+    cfg = config or PromptLayerConfig(min_dwell_s=1800, rollout_salt="prompt-demo-0")
 
     def layer_run(pkgs: list[dict[str, Any]], memory: Path | None) -> PromptLayerReport:
         return run_prompt_layer(

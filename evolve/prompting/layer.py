@@ -63,6 +63,8 @@ class PromptLayerConfig(BaseModel):
         alpha: Significance level of the paired test.
         stages: Rollout stages of an accepted candidate.
         min_dwell_s: Rollout dwell per stage.
+        rollout_salt: Bucketing salt of the rollout (default: the experiment id; fix it
+            for a reproducible simulated rollout).
         seed: GEPA's seed.
     """
 
@@ -78,6 +80,7 @@ class PromptLayerConfig(BaseModel):
     alpha: float = Field(0.05, gt=0, lt=1)
     stages: tuple[float, ...] = tuple(DEFAULT_STAGES)
     min_dwell_s: float = Field(3600.0, ge=0)
+    rollout_salt: str | None = None
     seed: int = 0
 
 
@@ -149,6 +152,7 @@ def hand_off(
         paired.candidate,
         stages=cfg.stages,
         min_dwell_s=cfg.min_dwell_s,
+        salt=cfg.rollout_salt,
         actor=actor,
         reason=f"prompt layer: {paired.reason}",
     )

@@ -149,7 +149,7 @@ class _Group:
 
     def _index(self, i: str, summary: str) -> None:
         assert self.postings is not None
-        found = words(summary)
+        found = _content_words(summary)  # once per entry: the shared cache would thrash
         self.sizes[i] = len(found)
         for w in found:
             self.postings.setdefault(w, set()).add(i)

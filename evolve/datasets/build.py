@@ -156,7 +156,8 @@ class Dataset(BaseModel):
         for split, rows in self.splits.items():
             with (out / f"{split}.jsonl").open("w") as fh:
                 for row in rows:
-                    fh.write(json.dumps(row, sort_keys=True, default=str) + "\n")
+                    # key order kept: chat templates render tool schemas in dict order
+                    fh.write(json.dumps(row, default=str) + "\n")
         path = out / "manifest.json"
         path.write_text(self.manifest.model_dump_json(indent=2))
         return path

@@ -82,6 +82,9 @@ def publish_adapter(
             "target_modules": config.get("target_modules"),
         },
     }
+    for existing in registry.versions(KIND, policy):
+        if existing.content == content:  # the same files, published before: one version
+            return existing
     metadata = {
         "dataset_manifest": dataset_manifest or {},
         "metrics": metrics or {},

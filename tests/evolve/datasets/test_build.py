@@ -97,6 +97,8 @@ def test_sft_rows_from_goodcases_with_provenance_and_task_split(tmp_path: Path) 
     data.save(tmp_path / "sft")
     again = Dataset.load(tmp_path / "sft")
     assert again.manifest.content_hash == data.manifest.content_hash
+    # key order survives (templates render dicts in order): same rows, same JSON text
+    assert json.dumps(again.rows("train")) == json.dumps(data.rows("train"))
     split = next(iter(data.manifest.splits.values())).file
     (tmp_path / "sft" / split).write_text(json.dumps({"messages": []}) + "\n")
     with pytest.raises(ConfigError, match="does not match"):

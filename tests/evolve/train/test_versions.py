@@ -72,6 +72,9 @@ def test_publish_gate_activate_rollback(tmp_path: Path) -> None:
 
     v2 = publish_adapter(reg, "shop", _adapter(tmp_path / "a2", 2), base_model="smollm2", parent=1)
     assert served_name(v2) == "shop-v2"
+    # publishing the same files again (even after another version) gives the same version
+    again = publish_adapter(reg, "shop", tmp_path / "a1", base_model="smollm2")
+    assert again.version == 1
     # better on val, but a P0 regression on the guard split: rejected
     bad = offline_gate(
         candidate_val=_evals({"t1": True, "t2": True}),

@@ -9,7 +9,13 @@ from evoharness.harness.tracing.ids import (
     use_context,
 )
 from evoharness.harness.tracing.masking import Masker
-from evoharness.harness.tracing.recorder import ActiveRun, RunInfo, Tracer, TracingMiddleware
+from evoharness.harness.tracing.recorder import (
+    ActiveRun,
+    RunIdReusedError,
+    RunInfo,
+    Tracer,
+    TracingMiddleware,
+)
 from evoharness.harness.tracing.schema import (
     SCHEMA_VERSION,
     Observation,
@@ -27,6 +33,7 @@ __all__ = [
     "ActiveRun",
     "Masker",
     "Observation",
+    "RunIdReusedError",
     "RunInfo",
     "Score",
     "Trace",

@@ -73,6 +73,21 @@ def _span_id() -> str:
     return f"{_IDS.getrandbits(64) or 1:016x}"
 
 
+def _reply_failure(data: dict[str, Any]) -> str:
+    """The trace error of a run that ended on a ``reply_check_failed`` event."""
+    reason = data.get("reason")
+    if reason == "malformed":
+        detail = (
+            f"the model's tool calls could not be parsed after {data.get('retries')} "
+            f"retries ({data.get('error') or 'invalid arguments'})"
+        )
+    elif reason == "truncated":
+        detail = "the model's final reply was cut off at the token limit"
+    else:
+        detail = "the model's final reply was empty"
+    return f"reply_check_failed: {detail}"
+
+
 class RunIdReusedError(ConfigError):
     """A run was opened with a ``run_id`` that already names a trace.
 
@@ -117,6 +132,19 @@ class ActiveRun:
     input: Any = None
     """The request of this invocation (``info.input``, else the newest user message of the
     run's first model call)."""
+    generations: int = 0
+    """Model calls recorded so far."""
+    reply_failed: tuple[str, int] | None = None
+    """The last ``reply_check_failed`` event (its error text) and ``generations`` when it
+    came: the run ended on it when no model call started after it."""
+
+    def ended_on_failed_reply(self) -> str | None:
+        """The error text when the run's last model call ended in ``reply_check_failed``
+        (malformed tool calls after the retries, or an empty or cut-off final reply)."""
+        if self.reply_failed is None:
+            return None
+        text, at = self.reply_failed
+        return text if self.generations - at <= 1 else None
 
 
 class Tracer:
@@ -178,6 +206,8 @@ class Tracer:
         finally:
             self._runs.pop(trace_id, None)
             end = time.time()
+            if run.error is None:  # the harness gave up on the model's last reply
+                run.error = run.ended_on_failed_reply()
             status = "error" if run.error else "ok"
             self.store.put_observation(
                 {
@@ -262,6 +292,8 @@ class Tracer:
         run = self._runs.get(ctx.trace_id)
         if run is not None and isinstance(event.data.get("skill_ids"), list):
             run.info.skill_ids = [str(i) for i in event.data["skill_ids"]]  # -> trace row
+        if run is not None and event.kind == "reply_check_failed":
+            run.reply_failed = (_reply_failure(event.data), run.generations)
         self.store.put_observation(
             {
                 "id": _span_id(),
@@ -292,8 +324,10 @@ class Tracer:
         if request.system_message is not None:
             seen.insert(0, request.system_message)
         run = self._runs.get(ctx.trace_id)
-        if run is not None and run.input is None:  # the run's request, from its first call
-            run.input = request_text(request.messages)
+        if run is not None:
+            run.generations += 1
+            if run.input is None:  # the run's request, from its first call
+                run.input = request_text(request.messages)
         reply = next(
             (m for m in (response.result if response else []) if isinstance(m, AIMessage)), None
         )

@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import queue
+import re
 import sqlite3
 import threading
 import time
@@ -45,12 +46,22 @@ from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
 from evoharness.harness.tracing.masking import Masker
 from evoharness.harness.tracing.messages import message_record, to_records
-from evoharness.harness.tracing.schema import Column, Observation, Score, Trace, migrate_trace
+from evoharness.harness.tracing.schema import (
+    SCHEMA_VERSION,
+    Column,
+    Observation,
+    ObservationType,
+    Score,
+    Trace,
+    Usage,
+    migrate_trace,
+)
 
 log = logging.getLogger("evoharness.tracing")
 
@@ -66,6 +77,9 @@ bodies live once in the ``messages`` table; readers get the full list back (see
 STORE_VERSION = 2
 """Version of the store's SQL layout (``store_schema`` table)."""
 _CHAIN_TRACES = 4096  # traces whose last generation input the writer remembers (deltas)
+_JSON = json.JSONEncoder(sort_keys=True, default=str)
+"""Encodes record and message bodies (``json.dumps(x, sort_keys=True, default=str)``,
+built once instead of per call)."""
 
 
 # == the contract: SQL derived from the schema models ======================================
@@ -333,6 +347,127 @@ def _storage_error(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError | OSError) or type(exc) is sqlite3.DatabaseError
 
 
+@dataclass(frozen=True)
+class _Chain:
+    """The last generation input the writer stored for a trace: its observation id, the
+    message objects (to find the next input's common prefix by identity) and their
+    hashes. Dropped when the trace's run ends."""
+
+    obs_id: str
+    messages: list[Any]
+    digests: list[str]
+
+
+_SPAN_ID = re.compile(r"[0-9a-f]{16}")
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
+_OBS_TYPES = frozenset(typing.get_args(ObservationType))
+_LEVELS = frozenset(typing.get_args(Observation.model_fields["level"].annotation))
+_USAGE_KEYS = frozenset(Usage.model_fields)
+_OBS_KEYS = frozenset(Observation.model_fields)
+_NUMBER = (int, float)
+
+
+def _opt_str(value: Any) -> bool:
+    return value is None or type(value) is str
+
+
+def _ints(value: Any) -> bool:
+    return value is None or (type(value) is list and all(type(x) is int for x in value))
+
+
+def _fast_observation(record: dict[str, Any]) -> dict[str, Any] | None:
+    """``Observation.model_validate(record).model_dump(mode="json")`` for the records the
+    recorder writes, without building the model; ``None`` when anything in ``record`` is
+    unusual (then the model validates it, and explains a failure).
+
+    Accepts exact types only (``str``, ``int``/``float`` times, plain dicts and lists of
+    ``int``/``float``); payloads (``input``, ``output``, ``metadata`` values) are converted
+    the way pydantic dumps an ``Any`` field. Equivalence with the model is tested.
+    """
+    get = record.get
+    start: Any = get("start_time")
+    oid, tid, typ, name, level = (
+        get("id"),
+        get("trace_id"),
+        get("type"),
+        get("name"),
+        get("level", "DEFAULT"),
+    )
+    end, metadata, usage = get("end_time"), get("metadata"), get("usage")
+    logprobs = get("logprobs")
+    if not (
+        type(oid) is str
+        and type(tid) is str
+        and type(name) is str
+        and type(typ) is str
+        and typ in _OBS_TYPES
+        and type(level) is str
+        and level in _LEVELS
+        and type(start) in _NUMBER
+        and (end is None or type(end) in _NUMBER)
+        and (metadata is None or type(metadata) is dict)
+        and _opt_str(get("parent_id"))
+        and _opt_str(get("model"))
+        and _opt_str(get("status_message"))
+        and _ints(get("prompt_token_ids"))
+        and _ints(get("completion_token_ids"))
+        and (
+            logprobs is None
+            or (type(logprobs) is list and all(type(x) in _NUMBER for x in logprobs))
+        )
+        and type(get("schema_version", SCHEMA_VERSION)) is int
+        and _OBS_KEYS.issuperset(record)
+        and _SPAN_ID.fullmatch(oid)
+        and _TRACE_ID.fullmatch(tid)
+    ):
+        return None
+    if metadata is None:
+        if "metadata" in record:  # the model refuses None for a dict
+            return None
+        metadata = {}
+    elif not all(type(k) is str for k in metadata):
+        return None
+    if usage is not None:
+        if not (
+            type(usage) is dict
+            and _USAGE_KEYS.issuperset(usage)
+            and all(type(v) is int for v in usage.values())
+        ):
+            return None
+        usage = {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "total_tokens": 0,
+            "cached_input_tokens": 0,
+            **usage,
+        }
+    try:
+        payload = to_jsonable_python([get("input"), get("output"), metadata])
+    except PydanticSerializationError:
+        return None  # the model reports it
+    prompt_ids, completion_ids = get("prompt_token_ids"), get("completion_token_ids")
+    return {
+        "id": oid,
+        "trace_id": tid,
+        "parent_id": get("parent_id"),
+        "type": typ,
+        "name": name,
+        "start_time": float(start),
+        "end_time": None if end is None else float(end),
+        "input": payload[0],
+        "output": payload[1],
+        "metadata": payload[2],
+        "model": get("model"),
+        "usage": usage,
+        "level": level,
+        "status_message": get("status_message"),
+        "prompt_token_ids": None if prompt_ids is None else list(prompt_ids),
+        "completion_token_ids": None if completion_ids is None else list(completion_ids),
+        "logprobs": None if logprobs is None else [float(x) for x in logprobs],
+        "schema_version": get("schema_version", SCHEMA_VERSION),
+    }
+
+
 class _Cached:
     """A message's masked record, its content hash, and whether the row is committed."""
 
@@ -341,7 +476,7 @@ class _Cached:
     def __init__(self, message: BaseMessage, record: dict[str, Any]) -> None:
         self.message = message
         self.record = record
-        self.body = json.dumps(record, sort_keys=True, default=str)
+        self.body = _JSON.encode(record)
         self.digest = hashlib.sha256(self.body.encode()).hexdigest()[:32]
         self.stored = False
 
@@ -525,7 +660,7 @@ class TraceStore:
         self._backoff = 0.05
         self._records: OrderedDict[int, _Cached] = OrderedDict()
         self._cache_bytes = 0
-        self._chains: OrderedDict[str, tuple[str, list[str]]] = OrderedDict()
+        self._chains: OrderedDict[str, _Chain] = OrderedDict()
         self._started = time.time()
         self.stats = {
             "enqueued": 0,
@@ -843,57 +978,101 @@ class TraceStore:
             self._cache_bytes -= len(old.body)
         return entry
 
-    def _delta(self, obs_id: str, trace_id: str, digests: list[str]) -> Any:
-        """A generation input as a reference to the previous generation of its trace."""
-        prev = self._chains.get(trace_id)
-        self._chains[trace_id] = (obs_id, digests)
+    def _messages_ref(
+        self, obs_id: str, trace_id: Any, value: list[Any], new: dict[str, _Cached]
+    ) -> tuple[Any, _Chain] | None:
+        """A generation input (a list of messages) as a ``$messages`` reference and the
+        chain entry to remember once the record is stored; ``None`` when ``value`` is not
+        a list of messages.
+
+        A generation's input is the previous generation's input plus the new turns, as the
+        same message objects: the common prefix is found by comparing the lists (identity
+        first, in C), so only the new messages are converted, masked and hashed, and the
+        reference names the previous generation and the new messages' hashes (a delta).
+        """
+        prev = self._chains.get(trace_id) if isinstance(trace_id, str) else None
+        same = 0
+        if prev is not None and prev.obs_id != obs_id:
+            objs = prev.messages
+            n = min(len(objs), len(value))
+            if value[:n] == objs[:n]:  # equal messages have equal records
+                same = n
+            else:
+                while same < n and (value[same] is objs[same] or value[same] == objs[same]):
+                    same += 1
+        tail = value[same:]
+        if not all(isinstance(m, BaseMessage) for m in tail) or not value:
+            return None
+        entries = [self._message(m) for m in tail]
+        new.update((e.digest, e) for e in entries if not e.stored)
+        digests = [e.digest for e in entries]
+        if prev is None or prev.obs_id == obs_id:
+            return {MESSAGES_REF: digests}, _Chain(obs_id, list(value), digests)
+        base = prev.digests
+        digests = base[:same] + digests
+        keep = same
+        top = min(len(base), len(digests))
+        while keep < top and base[keep] == digests[keep]:  # equal records, other objects
+            keep += 1
+        chain = _Chain(obs_id, list(value), digests)
+        if keep == 0:
+            return {MESSAGES_REF: digests}, chain
+        return {MESSAGES_REF: {"base": prev.obs_id, "keep": keep, "add": digests[keep:]}}, chain
+
+    def _remember(self, trace_id: str, chain: _Chain) -> None:
+        self._chains[trace_id] = chain
         self._chains.move_to_end(trace_id)
         if len(self._chains) > _CHAIN_TRACES:
             self._chains.popitem(last=False)
-        if prev is None or prev[0] == obs_id:
-            return {MESSAGES_REF: digests}
-        base_id, base = prev
-        keep = 0
-        for a, b in zip(base, digests, strict=False):
-            if a != b:
-                break
-            keep += 1
-        if keep == 0:
-            return {MESSAGES_REF: digests}
-        return {MESSAGES_REF: {"base": base_id, "keep": keep, "add": digests[keep:]}}
 
     def _prepare(
         self, kind: str, record: dict[str, Any], new: dict[str, _Cached]
     ) -> tuple[str, dict[str, Any]]:
         """Validate, convert and mask one record; message rows it needs are added to
         ``new`` (written in the same transaction)."""
-        masked: set[str] = set()
+        if kind == "observation":
+            return kind, self._prepare_observation(record, new)
         if kind == "trace":
             record = migrate_trace(record)
-        elif kind == "observation":
-            record = dict(record)
-            value = record.get("input")
-            if isinstance(value, list) and value and all(isinstance(m, BaseMessage) for m in value):
-                entries = [self._message(m) for m in value]
-                new.update((e.digest, e) for e in entries if not e.stored)
-                record["input"] = {MESSAGES_REF: [e.digest for e in entries]}
-                masked.add("input")
-            if isinstance(record.get("output"), BaseMessage):
-                record["output"] = self._message(record["output"]).record
-                masked.add("output")
         if kind not in _MODELS:
             raise ValueError(f"unknown record kind {kind!r}")
-        model = _MODELS[kind].model_validate(record)
-        data = model.model_dump(mode="json")
-        if kind == "observation" and not self.capture_payloads.get(data["type"], True):
+        data = _MODELS[kind].model_validate(record).model_dump(mode="json")
+        for key in _PAYLOAD_KEYS:
+            if key in data and data[key] is not None:
+                data[key] = self.masker(data[key])
+        if kind == "trace" and data["status"] != "running":
+            self._chains.pop(data["id"], None)  # the run ended: its messages can go
+        return kind, data
+
+    def _prepare_observation(
+        self, record: dict[str, Any], new: dict[str, _Cached]
+    ) -> dict[str, Any]:
+        record = dict(record)
+        masked: set[str] = set()
+        chain: _Chain | None = None
+        captured = self.capture_payloads.get(str(record.get("type")), True)
+        value = record.get("input")
+        if captured and isinstance(value, list) and value:
+            found = self._messages_ref(str(record.get("id")), record.get("trace_id"), value, new)
+            if found is not None:
+                record["input"], chain = found
+                masked.add("input")
+        if captured and isinstance(record.get("output"), BaseMessage):
+            record["output"] = self._message(record["output"]).record
+            masked.add("output")
+        data = _fast_observation(record)
+        if data is None:  # anything unusual: the schema model decides (and explains)
+            data = Observation.model_validate(record).model_dump(mode="json")
+        if not self.capture_payloads.get(data["type"], True):
             data["input"] = data["output"] = None
             data["metadata"]["payload"] = "not captured"
+            chain = None
         for key in _PAYLOAD_KEYS:
-            if key in data and data[key] is not None and key not in masked:
+            if key not in masked and data.get(key) is not None:
                 data[key] = self.masker(data[key])
-        if kind == "observation" and "input" in masked and data["input"] is not None:
-            data["input"] = self._delta(data["id"], data["trace_id"], data["input"][MESSAGES_REF])
-        return kind, data
+        if chain is not None:
+            self._remember(data["trace_id"], chain)
+        return data
 
     def _write(
         self, conn: sqlite3.Connection, batch: Sequence[tuple[str, dict[str, Any]]]
@@ -913,7 +1092,7 @@ class TraceStore:
                 dead.append(((kind, record), exc))
                 continue
             spec = TABLES[kind]
-            body = json.dumps(data, sort_keys=True, default=str)
+            body = _JSON.encode(data)
             rows[kind].append(spec.row(data, body, now))
             for table, values in spec.side_rows(data).items():
                 owners.setdefault(table, []).append((data["id"],))

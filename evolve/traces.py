@@ -28,7 +28,7 @@ from evoharness.harness.tracing.langfuse_codec import (
     trace_from_root,
 )
 from evoharness.harness.tracing.schema import Versions
-from evoharness.harness.tracing.store import TraceQuery
+from evoharness.harness.tracing.store import TraceQuery, gc_paused
 
 
 class ToolCallRecord(BaseModel):
@@ -246,8 +246,13 @@ class LocalTraceSource:
     def episodes(self, where: EpisodeFilter | None = None) -> Iterator[Episode]:
         where = where or EpisodeFilter()
         left = where.limit
-        for trace, observations, scores in self.store.read(where.query()):
-            episode = build_episode(trace, observations, scores)
+        rows = self.store.read(where.query())
+        while True:
+            with gc_paused():  # decoding only: the caller's code runs with it on
+                row = next(rows, None)
+                episode = None if row is None else build_episode(*row)
+            if episode is None:
+                return
             if where.matches(episode):
                 yield episode
                 if left is not None:

@@ -280,6 +280,8 @@ _AUX_SQL = [
     "CREATE TABLE IF NOT EXISTS dead_letter (rowid INTEGER PRIMARY KEY, kind TEXT, body TEXT, "
     "error TEXT, at REAL)",
     "CREATE INDEX IF NOT EXISTS obs_trace ON observations(trace_id, start_time)",
+    # reads fetch a chunk of traces' scores (TraceStore.read); without it, a scan of all
+    "CREATE INDEX IF NOT EXISTS score_trace ON scores(trace_id, updated_at)",
     "CREATE TABLE IF NOT EXISTS export_errors (kind TEXT NOT NULL, id TEXT NOT NULL, "
     "error TEXT, attempts INTEGER NOT NULL DEFAULT 1, at REAL, PRIMARY KEY (kind, id))",
     "CREATE TABLE IF NOT EXISTS writer_stats (writer TEXT PRIMARY KEY, pid INTEGER, "

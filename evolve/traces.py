@@ -186,13 +186,13 @@ def build_episode(
     """Flatten one trace (the same code for every source)."""
     obs = sorted(observations, key=lambda o: o.start_time)
     generations = [o for o in obs if o.type == "generation" and o.parent_id is not None]
-    usage = Usage()
-    for g in generations:
-        if g.usage is not None:
-            usage.input_tokens += g.usage.input_tokens
-            usage.output_tokens += g.usage.output_tokens
-            usage.total_tokens += g.usage.total_tokens
-            usage.cached_input_tokens += g.usage.cached_input_tokens
+    used = [g.usage for g in generations if g.usage is not None]
+    usage = Usage(
+        input_tokens=sum(u.input_tokens for u in used),
+        output_tokens=sum(u.output_tokens for u in used),
+        total_tokens=sum(u.total_tokens for u in used),
+        cached_input_tokens=sum(u.cached_input_tokens for u in used),
+    )
     messages: list[dict[str, Any]] = []
     if generations:
         last = generations[-1]

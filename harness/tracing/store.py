@@ -1584,11 +1584,16 @@ class TraceStore:
             ):
                 known[digest] = _loads(body)
         for b in bodies:
-            if b["id"] in lists:
-                b["input"] = [
+            hashes = lists.get(b["id"])
+            if hashes is None:
+                continue
+            messages = list(map(known.get, hashes))  # every generation's whole input: C speed
+            if None in messages:  # a lost message row (rare)
+                messages = [
                     known.get(h, {"role": "unknown", "content": f"[missing message {h}]"})
-                    for h in lists[b["id"]]
+                    for h in hashes
                 ]
+            b["input"] = messages
 
     def observations(self, trace_id: str) -> list[Observation]:
         """A trace's observations in start order (generation inputs in full)."""

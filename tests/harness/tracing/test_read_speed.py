@@ -178,3 +178,24 @@ def test_gc_paused_restores_the_collector() -> None:
 def test_caller_code_runs_with_the_collector_on(shop: TraceStore) -> None:
     seen: list[Any] = [gc.isenabled() for _ in LocalTraceSource(shop).episodes()]
     assert len(seen) == 48 and all(seen)
+
+
+def test_a_lost_message_row_reads_as_a_placeholder(shop: TraceStore, tmp_path: Path) -> None:
+    copy = TraceStore(shop.backup(tmp_path / "copy.db"))
+    before = {t.id: obs for t, obs, _ in copy.read(TraceQuery())}
+    with sqlite3.connect(copy.path) as conn:
+        (lost,) = conn.execute("SELECT hash FROM messages ORDER BY hash LIMIT 1").fetchone()
+        conn.execute("DELETE FROM messages WHERE hash = ?", (lost,))
+    placeholder = {"role": "unknown", "content": f"[missing message {lost}]"}
+    changed = 0
+    for t, obs, _ in copy.read(TraceQuery()):
+        for old, new in zip(before[t.id], obs, strict=True):
+            if old.input == new.input:
+                continue
+            changed += 1
+            assert isinstance(new.input, list) and placeholder in new.input
+            assert [m for m in new.input if m != placeholder] == [
+                m for m, n in zip(old.input, new.input, strict=True) if n != placeholder
+            ]
+    assert changed
+    copy.close()

@@ -10,7 +10,9 @@ from pydantic import BaseModel, Field
 
 from evoharness.evolve.curation import Proposer
 from evoharness.evolve.jobs import Grader, JudgeReport, judge_episodes
+from evoharness.evolve.layers import LayerRouting, summarize_decisions
 from evoharness.evolve.memory import MemoryStore, apply_feedback, reduce_ops
+from evoharness.evolve.monitor import is_internal
 from evoharness.evolve.routing import (
     RouteConfig,
     diff_summary,
@@ -48,6 +50,8 @@ class CycleReport(BaseModel):
     added: list[str] = Field(default_factory=list)
     guard_version: int | None = None
     guard_diff: str | None = None
+    layers: dict[str, int] = Field(default_factory=dict)
+    """Cheapest-layer decisions per action (with ``layers``; recorded in the registry)."""
     seconds: float = 0.0
 
 
@@ -69,6 +73,7 @@ async def run_cycle(
     rejudge: bool = False,
     owns: Callable[[Episode], bool] | None = None,
     since_last: str | None = None,
+    layers: LayerRouting | None = None,
 ) -> CycleReport:
     """Run one cycle over the episodes ``where`` selects (idempotent and resumable).
 
@@ -77,7 +82,9 @@ async def run_cycle(
     not own are left out and counted as ``unmatched``. With ``since_last`` (a cursor name,
     e.g. ``"cycle"``) and a source that has cursors, only traces written since the last
     completed cycle of that name are read; the cursor moves only when the cycle finished,
-    so a killed cycle is read again (judging skips what it already did).
+    so a killed cycle is read again (judging skips what it already did). With ``layers``,
+    every failure cluster gets a cheapest-layer decision (:mod:`evoharness.evolve.layers`).
+    Traces evoharness writes about itself (monitor runs) are never read as episodes.
     """
     started = time.time()
     now = now or started
@@ -88,7 +95,7 @@ async def run_cycle(
         where = (where or EpisodeFilter()).model_copy(
             update={"after_cursor": state.cursor(since_last), "upto_cursor": upto}
         )
-    episodes = list(source.episodes(where))
+    episodes = [e for e in source.episodes(where) if not is_internal(e)]
     unmatched: list[Episode] = []
     if owns is not None:
         unmatched = [e for e in episodes if not owns(e)]
@@ -148,6 +155,15 @@ async def run_cycle(
             report.guard_diff = diff_summary(current, published)
         else:
             report.guard_version = current.version
+    if layers is not None:
+        decisions = layers.decide(
+            state,
+            source=source,
+            registry=memory.registry,
+            memory_name=memory.name,
+            episodes=episodes,
+        )
+        report.layers = summarize_decisions(decisions)
     report.seconds = round(time.time() - started, 3)
     if since_last is not None and upto is not None:
         state.save_cursor(since_last, upto)
@@ -171,4 +187,5 @@ def summarize(report: CycleReport) -> dict[str, Any]:
         "lessons": report.lessons,
         "memory_version": report.memory_version,
         "guard_version": report.guard_version,
+        **{f"layer_{k}": v for k, v in report.layers.items()},
     }

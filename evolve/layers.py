@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -463,3 +464,42 @@ def decide_for_cycle(
     if record and registry is not None and decisions:
         record_decisions(registry, decisions, name=memory_name)
     return decisions
+
+
+@dataclass(frozen=True)
+class LayerRouting:
+    """Cheapest-layer routing inside :func:`~evoharness.evolve.cycle.run_cycle`.
+
+    The cycle passes its state, trace source, episodes and memory store; decisions are
+    recorded in the memory store's registry, next to the memory versions they refer to.
+
+    Attributes:
+        env: The environment plugin (its case key and lesson hints); ``None``: generic.
+        config: Routing thresholds.
+        record: Publish each batch of decisions in the registry.
+    """
+
+    env: EvolveEnvironment | None = None
+    config: LayerConfig | None = None
+    record: bool = True
+
+    def decide(
+        self,
+        state: EvolveState,
+        *,
+        source: TraceSource,
+        registry: Registry,
+        memory_name: str,
+        episodes: Sequence[Episode],
+    ) -> list[LayerDecision]:
+        """:func:`decide_for_cycle` with this routing's settings."""
+        return decide_for_cycle(
+            state,
+            env=self.env,
+            source=source,
+            registry=registry,
+            episodes=episodes,
+            memory_name=memory_name,
+            config=self.config,
+            record=self.record,
+        )

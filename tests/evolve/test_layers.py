@@ -3,15 +3,23 @@ memory already fixed triggers nothing more, and every batch of decisions is reco
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evoharness.evolve.environment import EnvironmentPlugin
+from evoharness.evolve.cycle import run_cycle
+from evoharness.evolve.environment import (
+    EnvironmentPlugin,
+    build_judge,
+    build_proposer,
+    build_rubrics,
+)
 from evoharness.evolve.layers import (
     DECISIONS_KIND,
     LayerConfig,
     LayerDecision,
+    LayerRouting,
     MemoryVersion,
     build_clusters,
     decide_for_cycle,
@@ -21,8 +29,11 @@ from evoharness.evolve.layers import (
     summarize_decisions,
 )
 from evoharness.evolve.memory import MemoryEntry, MemoryStore
-from evoharness.evolve.monitor import Finding
+from evoharness.evolve.monitor import Finding, record_findings
+from evoharness.evolve.rubric import ItemResult, Rubric, RubricItem
 from evoharness.evolve.state import EvolveState
+from evoharness.evolve.traces import Episode, LocalTraceSource
+from evoharness.harness.tracing import TraceStore, new_span_id, root_span_id, trace_id_for
 from evoharness.sdk.registry import open_registry
 
 T0 = 1_700_000_000.0
@@ -235,4 +246,78 @@ def test_decide_for_cycle_gathers_its_inputs(tmp_path: Path) -> None:
     assert decisions[0].runs == 20  # good runs of the pattern count too
     assert reg.get(DECISIONS_KIND, "default").content[0]["action"] == "memory_entry"
     state.close()
+    reg.close()
+
+
+def test_run_cycle_decides_layers_and_skips_monitor_runs(tmp_path: Path) -> None:
+    store = TraceStore(tmp_path / "traces.db", linger_s=0.0)
+    for i in range(8):
+        tid = trace_id_for(f"shop-{i}")
+        start = T0 + 60 * i
+        store.put_trace(
+            {
+                "id": tid,
+                "run_id": f"shop-{i}",
+                "tags": ["desk"],
+                "input": "find shoes in tokyo",
+                "start_time": start,
+                "end_time": start + 5,
+                "status": "ok",
+                "output": "I picked item 7.",
+            }
+        )
+        calls = ["item_search", "shipping_calc"] if i % 4 == 0 else ["item_search"]
+        for k, name in enumerate(calls):
+            store.put_observation(
+                {
+                    "id": new_span_id(),
+                    "trace_id": tid,
+                    "parent_id": root_span_id(tid),
+                    "type": "tool",
+                    "name": name,
+                    "start_time": start + k + 1,
+                    "end_time": start + k + 1.2,
+                    "input": {"q": "shoes"},
+                    "output": "ok",
+                }
+            )
+    record_findings(store, [])  # a monitor run: must not be judged as an agent run
+    assert store.flush(10)
+
+    def checker(e: Episode, rubric: Rubric) -> list[ItemResult]:
+        done = any(c.name == "shipping_calc" for c in e.tool_calls)
+        return [ItemResult(id="skipped_shipping", priority="P1", passed=done)]
+
+    env = EnvironmentPlugin(
+        "desk",
+        checker=checker,
+        items=[RubricItem(id="skipped_shipping", priority="P1", description="landed price")],
+        lesson_hints={"skipped_shipping": HINT},
+        case_key=key,
+        owns=lambda e: True,
+    )
+    reg = open_registry(tmp_path / "registry.db")
+    memory = MemoryStore(tmp_path / "memory.db", registry=reg)
+    state = EvolveState(tmp_path / "evolve.db")
+    report = asyncio.run(
+        run_cycle(
+            LocalTraceSource(store),
+            grader=build_judge(env),
+            rubrics=build_rubrics(env),
+            state=state,
+            memory=memory,
+            proposer=build_proposer(env),
+            owns=env.owns,
+            layers=LayerRouting(env=env),
+        )
+    )
+    assert report.episodes == 8 and report.unmatched == 0  # the monitor run is not read
+    # the cycle wrote the lesson in this very run: memory targets the cluster, wait for runs
+    assert report.layers == {"keep": 1}
+    (decision,) = reg.get(DECISIONS_KIND, "default").content
+    assert decision["cluster"] == "skipped_shipping | find shoes in tokyo"
+    assert decision["memory_version"] == memory.active_version() and "wait" in decision["reason"]
+    state.close()
+    memory.close()
+    store.close()
     reg.close()

@@ -26,6 +26,7 @@ from evoharness.evolve.environment import (
 from evoharness.evolve.jobs import JudgePool, JudgeReport, judge_episodes, rank_groups
 from evoharness.evolve.judge import Judge, LLMJudge, RelativeJudge
 from evoharness.evolve.judge_prompts import JUDGE_PROMPT_KIND, JudgePrompts
+from evoharness.evolve.layers import LayerRouting
 from evoharness.evolve.memory import MemoryStore
 from evoharness.evolve.routing import route_all
 from evoharness.evolve.rubric import RubricGenerator
@@ -522,6 +523,7 @@ def cycle(
             rejudge=rejudge,
             owns=plugin.owns,
             since_last=f"cycle:{env}" if since_last else None,
+            layers=LayerRouting(env=plugin),
         )
     )
     source.store.flush(30)

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from evoharness.evolve.demo import run_demo
+from evoharness.evolve.demo import DemoResult, run_demo
 from evoharness.evolve.environment import build_judge, build_rubrics, load_plugin, runtime_of
 from evoharness.evolve.jobs import judge_episodes
 from evoharness.evolve.prompting.evaluation import (
@@ -64,6 +64,8 @@ class PromptDemoResult(BaseModel):
     test: PairedReport | None = None
     rollout: list[str] = Field(default_factory=list)
     rollout_status: str = "not started"
+    base: DemoResult | None = None
+    """The memory demo underneath (bare / harnessed / harnessed + learned on val)."""
     simulated: bool = True
 
     def lines(self) -> list[str]:
@@ -209,7 +211,7 @@ def run_prompt_demo(
             test=measure(memory_db, "test", test_ids),
         ),
     ]
-    result = PromptDemoResult(steps=steps, layer=layer)
+    result = PromptDemoResult(steps=steps, layer=layer, base=demo)
     steps = result.steps  # pydantic copied the list: append to the result's own
     used_memory: Path | None = memory_db
     if layer.accepted is None:

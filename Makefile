@@ -9,9 +9,12 @@ TYPECHECK := .typecheck/evoharness
 .PHONY: demo test lint typecheck pytest bench clean
 
 $(STAMP): pyproject.toml setup.py
+	@echo "make: setting up $(VENV) (first run only; a few minutes): evoharness and its dev extras"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	@echo "make: installing evoharness[dev] (LangChain, LangGraph, Langfuse, Redis, PostgreSQL, Ray clients, ...)"
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@echo "make: $(VENV) is ready"
 	touch $(STAMP)
 
 # mypy cannot follow setuptools' editable finder; it checks a symlinked view of the

@@ -80,6 +80,7 @@ bodies live once in the ``messages`` table; readers get the full list back (see
 STORE_VERSION = 2
 """Version of the store's SQL layout (``store_schema`` table)."""
 _CHAIN_TRACES = 4096  # traces whose last generation input the writer remembers (deltas)
+_IDLE_MIN_S, _IDLE_MAX_S = 0.05, 0.5  # the idle writer's poll interval (spill, stale runs)
 _JSON = json.JSONEncoder(sort_keys=True, default=str)
 """Encodes record and message bodies (``json.dumps(x, sort_keys=True, default=str)``,
 built once instead of per call)."""
@@ -885,7 +886,9 @@ class TraceStore:
 
     def _loop(self) -> None:
         conn = connect(self.path)
-        last_stale = last_stats = time.monotonic()
+        last_stale = last_stats = last_beat = time.monotonic()
+        reported: tuple[Any, ...] = ()
+        idle = _IDLE_MIN_S  # an idle writer polls less and less often, down to 2 per second
         try:
             while not (self._stop.is_set() and self._queue.empty() and not self._retry):
                 now = time.monotonic()
@@ -897,19 +900,30 @@ class TraceStore:
                     self._commit(conn, batch, from_queue=False)
                     continue
                 try:
-                    first = self._queue.get(timeout=0.05)
+                    first = self._queue.get(timeout=idle)
                 except queue.Empty:
                     if self._stop.is_set():
                         continue
+                    busy = (
+                        self._hurry.is_set()
+                        or self.health.state != "ok"
+                        or os.path.exists(self.spill_path)
+                    )
+                    idle = _IDLE_MIN_S if busy else min(idle * 2, _IDLE_MAX_S)
                     if self.health.state == "ok" or now >= self._next_probe:
                         self._ingest_spill(conn)
                     if now - last_stale >= self.stale_check_s:
                         last_stale = now
                         self._guard(conn, self._close_stale)
-                    if now - last_stats >= 1.0:
-                        last_stats = now
-                        self._guard(conn, self._save_stats)
+                    if now - last_stats >= 1.0:  # what changed, each second; else a
+                        last_stats = now  # heartbeat every 10 s
+                        h = self.health
+                        state = (h.state, h.error, h.episodes, *self.stats.values())
+                        if state != reported or now - last_beat >= 10.0:
+                            reported, last_beat = state, now
+                            self._guard(conn, self._save_stats)
                     continue
+                idle = _IDLE_MIN_S
                 batch = [first]
                 if self.linger_s > 0 and not self._stop.is_set() and self.health.state == "ok":
                     self._hurry.wait(self.linger_s)  # let a window's records gather
@@ -1231,7 +1245,7 @@ class TraceStore:
         quarantined in ``dead_letter`` (masked) and the rest is stored.
         """
         pattern = f"{self.spill_path.name}.*.ingest"
-        if not self.spill_path.exists():
+        if not os.path.exists(self.spill_path):
             now = time.monotonic()
             if now < self._next_glob:  # files of dead writers: a directory scan each second
                 return

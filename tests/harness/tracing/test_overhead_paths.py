@@ -1,5 +1,6 @@
 """The writer's cheaper paths store exactly the text the plain ones would: bodies encode like
-``json.dumps(x, sort_keys=True, default=str)`` and message rows keep their content hashes."""
+``json.dumps(x, sort_keys=True, default=str)``, message rows keep their content hashes, and
+the masker's fast path returns what the full pass over every rule returns."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from evoharness.harness.tracing import TraceStore
+from evoharness.harness.tracing.mask_corpus import SAFE_VALUES, SECRET_VALUES, _mixed_text
+from evoharness.harness.tracing.masking import Masker
 from evoharness.harness.tracing.store import _encode
 
 T = "0" * 31 + "1"
@@ -78,3 +81,43 @@ def test_stored_bodies_and_message_hashes_are_the_plain_encoding(tmp_path: Path)
         assert text == json.dumps(json.loads(text), sort_keys=True)
         assert digest == hashlib.sha256(text.encode()).hexdigest()[:32]
     assert sorted(data["input"]["$messages"]) == sorted(d for d, _ in rows)
+
+
+def _full_pass(masker: Masker, value: str) -> str:
+    """What ``Masker`` returned before its fast path: every rule in turn."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Masker, "_unchanged", lambda self, v: False)
+        return masker._mask(value)
+
+
+NEAR_MISSES = [
+    "lookup(i0) = ok",  # a needle ("(") with nothing to mask
+    "İSTANBUL KEY=abc123",  # lowercasing changes the length: the ASCII-folded path
+    "AKIAABCDEFGHIJKLMNOP",  # a rule without needles (AWS access key)
+    "call 4111 1111 1111 1111 now",  # digits only: the numbers rule
+    "order 123456789 shipped",  # nine digits: not enough for the numbers rule
+    "K\u212aY=hunter2",  # a Kelvin sign: no ASCII needle after folding
+    "Bearer abc.def.ghi",
+    "",
+]
+
+
+@pytest.mark.parametrize("pii", [("email", "phone", "credit_card"), ("us_ssn", "ipv4"), ()])
+def test_the_masker_fast_path_changes_nothing(pii: tuple[str, ...]) -> None:
+    masker = Masker(pii=pii, extra={"ticket": r"TCK-\d{6}"})
+    texts = [
+        *SAFE_VALUES,
+        *(text for pair in SECRET_VALUES for text in pair),
+        *NEAR_MISSES,
+        "ticket TCK-123456 opened",
+        _mixed_text(20_000),
+    ]
+    for text in texts:
+        assert masker._mask(text) == _full_pass(masker, text), text
+
+
+def test_needle_free_text_takes_the_fast_path() -> None:
+    masker = Masker()
+    assert masker._unchanged("lookup, price, stock and ship each item i0")
+    assert not masker._unchanged("password=hunter2")
+    assert not masker._unchanged("AKIAABCDEFGHIJKLMNOP")  # no needle, but a rule matches

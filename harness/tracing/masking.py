@@ -187,6 +187,7 @@ _LOCAL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234567
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
 
 _CACHE_MAX_CHARS = 16_384  # longer texts are masked every time rather than held
+_FAST_MAX_CHARS = 1_024  # longer texts nearly always hold a needle: the pre-scan is only a cost
 
 Span = tuple[int, int, str]
 """A replacement: start, end (in the original text) and the text that replaces it."""
@@ -523,7 +524,7 @@ class Masker:
         self._ids = functools.lru_cache(maxsize=4096)(self._identifier)
 
     def _mask(self, value: str) -> str:
-        if self._unchanged(value):
+        if len(value) <= _FAST_MAX_CHARS and self._unchanged(value):
             return value
         low: str | None = None
         for rule in self._rules:

@@ -149,13 +149,19 @@ def _weights_rows(workdir: Path, val_tasks: int) -> list[dict[str, Any]]:
 
     out = weights.run(val_tasks=val_tasks, workdir=workdir / "weights", echo=_say)
     note = f"SmolLM2-135M, {val_tasks} val tasks, real model"
+    valid = {
+        "baseline (real model)": out.get("tool_call_valid_base"),
+        "+SFT": out.get("tool_call_valid_sft"),
+    }
     rows = [
         {"layer": "baseline (real model)", "split": "val", "success_rate": out["base_success"]},
         {"layer": "+SFT", "split": "val", "success_rate": out["sft_success"]},
         {"layer": "+RL", "split": "val", "success_rate": out["rl_success"]},
     ]
     for r in rows:
-        r.update(simulated=False, note=note)
+        share = valid.get(r["layer"])
+        extra = f"; valid tool calls {share:.0%}" if isinstance(share, float) else ""
+        r.update(simulated=False, note=note + extra)
     return rows
 
 

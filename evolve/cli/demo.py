@@ -159,7 +159,7 @@ def _weights_rows(workdir: Path, val_tasks: int) -> list[dict[str, Any]]:
         {"layer": "+RL", "split": "val", "success_rate": out["rl_success"]},
     ]
     for r in rows:
-        share = valid.get(r["layer"])
+        share = valid.get(str(r["layer"]))
         extra = f"; valid tool calls {share:.0%}" if isinstance(share, float) else ""
         r.update(simulated=False, note=note + extra)
     return rows

@@ -165,7 +165,8 @@ async def run_cycle(
         )
         report.layers = summarize_decisions(decisions)
     report.seconds = round(time.time() - started, 3)
-    if since_last is not None and upto is not None:
+    if since_last is not None and upto is not None and judged.failed == 0:
+        # with judge failures the cursor stays: the next cycle reads them again
         state.save_cursor(since_last, upto)
     state.record_cycle(started, report.model_dump(mode="json"))
     return report

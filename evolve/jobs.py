@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import json
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -60,9 +61,20 @@ def judge_key(grader: Grader, rubrics: RubricGenerator) -> str:
     return f"{getattr(grader, 'version', grader.name)}|{rubrics.version}"
 
 
+JUDGE_SCORES = frozenset(
+    {"p0_pass", "p1_deduction", "p2_avg", "judge_success", "relative", "total"}
+)
+"""The score names the judge writes back (see :func:`score_rows`)."""
+
+
 def fingerprint(episode: Episode) -> str:
-    """A content hash of ``episode`` without its scores: a change means judge it again."""
+    """A content hash of ``episode`` without the judge's own scores: a change means judge it
+    again. Scores the application recorded (user feedback, task success) are evidence, so a
+    new or changed one makes the trace change too."""
     data = episode.model_dump_json(exclude={"scores"})
+    evidence = {k: v for k, v in sorted(episode.scores.items()) if k not in JUDGE_SCORES}
+    if evidence:
+        data += json.dumps(evidence, sort_keys=True, default=str)
     return hashlib.sha256(data.encode()).hexdigest()[:20]
 
 
@@ -153,12 +165,12 @@ async def judge_episodes(
 
     async def one(e: Episode, fp: str) -> None:
         async with gate:
-            rubric = (
-                await asyncio.to_thread(rubrics.rubric, e.query or "")
-                if rubrics.model is not None
-                else rubrics.rubric(e.query or "")
-            )
             try:
+                rubric = (  # a rubric model's error is a judge failure, never the job's end
+                    await asyncio.to_thread(rubrics.rubric, e.query or "")
+                    if rubrics.model is not None
+                    else rubrics.rubric(e.query or "")
+                )
                 verdict = await grader.judge(e, rubric)
             except JudgeFailure as exc:
                 state.save_failure(e.trace_id, str(exc), grader.name)

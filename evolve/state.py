@@ -152,9 +152,20 @@ class EvolveState:
     def save_failure(self, trace_id: str, error: str, judge: str) -> None:
         """Record that judging failed; the trace stays unscored."""
         with self._lock:
+            # a failed re-grade keeps the verdict it had: one transient error must not drop
+            # a judged trace out of the pools while its scores stay in the trace store
             self._conn.execute(
-                "INSERT OR REPLACE INTO judgments (trace_id, status, verdict, error, judge, "
-                "rubric_version, judged_at) VALUES (?,?,?,?,?,?,?)",
+                "INSERT INTO judgments (trace_id, status, verdict, error, judge, "
+                "rubric_version, judged_at) VALUES (?,?,?,?,?,?,?) "
+                "ON CONFLICT(trace_id) DO UPDATE SET error=excluded.error, "
+                "status=CASE WHEN judgments.status='done' THEN 'done' ELSE 'failed' END, "
+                "verdict=CASE WHEN judgments.status='done' THEN judgments.verdict END, "
+                "judge=CASE WHEN judgments.status='done' THEN judgments.judge "
+                "ELSE excluded.judge END, "
+                "rubric_version=CASE WHEN judgments.status='done' "
+                "THEN judgments.rubric_version END, "
+                "judged_at=CASE WHEN judgments.status='done' THEN judgments.judged_at "
+                "ELSE excluded.judged_at END",
                 (trace_id, "failed", None, error, judge, None, time.time()),
             )
 

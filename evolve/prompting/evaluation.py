@@ -416,7 +416,16 @@ class PairedEvaluation:
     ) -> str:
         """A content id: the same inputs resume the same evaluation."""
         blob = json.dumps(
-            [self.env, self.env_options, self.memory_db, prompt, control, candidate, splits],
+            [
+                self.env,
+                self.env_options,
+                self.memory_db,
+                self.harness,
+                prompt,
+                control,
+                candidate,
+                splits,
+            ],
             sort_keys=True,
             default=str,
         )

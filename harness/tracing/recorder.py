@@ -258,6 +258,7 @@ class Tracer:
             # ids are strings (an int user id must not dead-letter the trace), PII hashed
             "user_id": masker.identifier(run.info.user_id),
             "session_id": masker.identifier(run.info.session_id),
+            "thread_id": masker.identifier(run.info.thread_id),
             "input": run.input,
             "id": run.trace_id,
             "start_time": run.start_time,

@@ -260,10 +260,17 @@ class TableSpec:
         if self.seq:
             nxt = f"(SELECT COALESCE(MAX(seq), 0) + 1 FROM {self.table})"
             seq_col, seq_val, seq_set = ", seq", f", {nxt}", f", seq={nxt}"
+        # a trace's start row arriving after its end row (it went through the spill file
+        # while the end row went straight in) must not make a finished run `running` again
+        late_start = (
+            f" WHERE NOT (excluded.status = 'running' AND {self.table}.status <> 'running')"
+            if self.table == "traces" and "status" in self.names
+            else ""
+        )
         return (
             f"INSERT INTO {self.table} ({', '.join(names)}, exported_at{seq_col}) "
             f"VALUES ({marks}, NULL{seq_val}) ON CONFLICT(id) DO UPDATE SET {sets}, "
-            f"exported_at=NULL{seq_set}"
+            f"exported_at=NULL{seq_set}{late_start}"
         )
 
     def row(self, data: dict[str, Any], body: str, now: float) -> tuple[Any, ...]:

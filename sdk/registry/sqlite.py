@@ -79,11 +79,11 @@ class SQLiteRegistry(SQLRegistry):
             self._exec("BEGIN IMMEDIATE")
             try:
                 yield
+                self._exec("COMMIT")  # a failed COMMIT (busy, full disk) must roll back too
             except BaseException:
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise
-            self._exec("COMMIT")
 
     def _exec(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         with self._lock:

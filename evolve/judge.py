@@ -469,7 +469,7 @@ class RelativeJudge:
                 if isinstance(r.get("score"), int | float) and 0.0 <= r["score"] <= 1.0
             }
             if set(got) >= ids:  # a ranking that skips a run is no ranking
-                return {k: got[k] for k in ids}
+                return {k: got[k] for k in sorted(ids)}  # a stable order: sums repeat
         return None
 
     async def rank(self, group: Sequence[Episode]) -> tuple[dict[str, float], float]:

@@ -279,7 +279,7 @@ class EvoAgent:
         try:
             return self.adapter(session)
         except Exception as exc:  # the model serves its default; the trace says nothing false
-            log.warning("adapter version not resolved for session %s: %s", session, exc)
+            log.warning("adapter version not resolved for a session: %s", exc)  # ids may be PII
             return None
 
     def _resolve(
@@ -431,7 +431,7 @@ class EvoAgent:
                 error = exc
                 raise
             finally:
-                if not scope.ended:
+                if not scope.ended and self._hooks:  # no hooks: no checkpoint read
                     state = self._state(call.config)
                     for h in self._hooks:
                         h.end_session(state, error)
@@ -450,7 +450,7 @@ class EvoAgent:
                 error = exc
                 raise
             finally:
-                if not scope.ended:
+                if not scope.ended and self._hooks:  # no hooks: no checkpoint read
                     state: dict[str, Any] = {}
                     if self.graph.checkpointer is not None:
                         try:
@@ -461,9 +461,9 @@ class EvoAgent:
                         await h.aend_session(state, error)
 
     async def _aprepare(self, *args: Any) -> _Call:
-        if self.prompt is None:
+        if self.prompt is None and self.adapter is None:
             return self._prepare(*args)
-        # resolving may read a database or Langfuse: keep it off the event loop
+        # resolving may read a database, Langfuse or a model server: off the event loop
         return await asyncio.to_thread(self._prepare, *args)
 
     # -- entry points ----------------------------------------------------------------------

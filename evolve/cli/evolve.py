@@ -183,6 +183,16 @@ def pool_rubrics(env: str) -> RubricGenerator:
     return build_rubrics(load_plugin(env), cache_path=HOME / "rubrics.db")
 
 
+def _flushed(source: LocalTraceSource) -> None:
+    """Wait for the scores to reach the store; say so when they did not in time."""
+    if not source.store.flush(30):
+        console.print(
+            "[yellow]warning: scores still being written after 30 s; they stay queued in the "
+            "store's spill file and are written by the next process (evoharness traces "
+            "stats)[/yellow]"
+        )
+
+
 def _source(db: Path) -> LocalTraceSource:
     if not db.exists():
         raise ConfigError(f"no trace store at {db}; run `evoharness run` first or pass --db")
@@ -338,7 +348,7 @@ def judge(
             report, ranked = asyncio.run(judge_then_rank())
             if ranked is not None:
                 console.print(f"ranked={ranked.judged} rank_failed={ranked.failed}")
-        source.store.flush(30)
+        _flushed(source)
     console.print(
         f"judged={report.judged} skipped={report.skipped} failed={report.failed} "
         f"running={report.running} repaired={report.repaired} decided={report.decided} "
@@ -526,7 +536,7 @@ def cycle(
             layers=LayerRouting(env=plugin),
         )
     )
-    source.store.flush(30)
+    _flushed(source)
     _say_unmatched(
         plugin, report.unmatched, set(report.unmatched_tags), report.unmatched + report.episodes
     )

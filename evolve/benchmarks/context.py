@@ -23,7 +23,6 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from evoharness.harness._messages import text_of
 from evoharness.harness.context import (
     ContextConfig,
     ContextMiddleware,
@@ -136,7 +135,7 @@ def _measure(
         if previous is not None:
             reuse.append(shared / size)
         billed += (size - shared) + 0.1 * shared
-        text = "\n".join(text_of(m) for m in w)
+        text = "\n".join(str(m.text) for m in w)
         turn = 1 if i < turn_split else 2
         kept += all(c in text for c in IN_FORCE[turn])
         violations += not tool_pairs_intact(w)

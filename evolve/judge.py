@@ -245,6 +245,13 @@ class _Vote(BaseModel):
     comment: str = ""
 
 
+def model_name(model: BaseChatModel) -> str:
+    """The name a judge records for its model (``model_name``, ``model``, else the class)."""
+    return str(
+        getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__
+    )
+
+
 class LLMJudge:
     """Grades with a model: ``votes`` replies aggregated, with a disagreement figure.
 
@@ -279,11 +286,7 @@ class LLMJudge:
         self.timeout_s = timeout_s
         self.prompt = prompt or JUDGE_PROMPT
         self.prompt_version = prompt_version or prompt_ref("judge_prompt", "absolute", self.prompt)
-        self.model_name = str(
-            getattr(model, "model_name", None)
-            or getattr(model, "model", None)
-            or type(model).__name__
-        )
+        self.model_name = model_name(model)
         self.name = f"llm:{self.model_name}"
         self.last_error: str | None = None
 
@@ -442,7 +445,7 @@ class RelativeJudge:
         self.timeout_s = timeout_s
         self.prompt = prompt or RELATIVE_PROMPT
         self.prompt_version = prompt_version or prompt_ref("judge_prompt", "relative", self.prompt)
-        self.name = f"relative:{getattr(model, 'model_name', None) or type(model).__name__}"
+        self.name = f"relative:{model_name(model)}"
         self.last_error: str | None = None
 
     def _messages(self, group: Sequence[Episode]) -> list[Any]:

@@ -6,7 +6,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain.agents.middleware import ModelRequest
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
@@ -30,6 +37,14 @@ def last_ai(messages: Sequence[AnyMessage]) -> AIMessage | None:
         if isinstance(m, AIMessage):
             return m
     return None
+
+
+def current_turn(messages: Sequence[AnyMessage]) -> Sequence[AnyMessage]:
+    """The messages after the last user message (all of them when there is none)."""
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], HumanMessage):
+            return messages[i + 1 :]
+    return messages
 
 
 def with_note(request: ModelRequest[Any], texts: Sequence[str]) -> ModelRequest[Any]:

@@ -22,7 +22,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMes
 
 from evoharness.harness._fold import MessageFold
 from evoharness.harness._history import CallKey, CallStats, call_key, result_digest
-from evoharness.harness._messages import with_note
+from evoharness.harness._messages import current_turn, with_note
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
 
@@ -45,12 +45,7 @@ def detect_loop(
     arguments, also count (off by default: batches over many inputs are legitimate).
     :class:`LoopDetectionMiddleware` computes the same verdicts incrementally.
     """
-    start = 0
-    for i in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[i], HumanMessage):
-            start = i + 1
-            break
-    turn = messages[start:]
+    turn = current_turn(messages)
     newest = next((m for m in reversed(turn) if isinstance(m, AIMessage)), None)
     if newest is None or not newest.tool_calls:
         return None

@@ -25,11 +25,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCall, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from pydantic import BaseModel, ConfigDict, Field
 
-from evoharness.harness._messages import ToolResult, text_of, with_note
+from evoharness.harness._messages import ToolResult, current_turn, text_of, with_note
 from evoharness.harness.events import EventLog
 
 MALFORMED_KEY = "evoharness_malformed"
@@ -69,18 +69,11 @@ def problem_of(reply: AIMessage) -> Problem | None:
     return None
 
 
-def _turn(messages: Sequence[AnyMessage]) -> Sequence[AnyMessage]:
-    for i in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[i], HumanMessage):
-            return messages[i + 1 :]
-    return messages
-
-
 def malformed_in_turn(messages: Sequence[AnyMessage]) -> int:
     """Replies of the current turn whose only tool calls were malformed (and answered)."""
     return sum(
         1
-        for m in _turn(messages)
+        for m in current_turn(messages)
         if isinstance(m, AIMessage)
         and MALFORMED_KEY in m.response_metadata
         and all(c["id"] in _ids(m) for c in m.tool_calls)

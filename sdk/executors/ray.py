@@ -2,9 +2,13 @@
 
 ``pip install 'evoharness[ray]'``. With no address, :func:`ray.init` starts a local Ray on
 loopback (what the tests do); with ``address="ray://head:10001"`` or ``"auto"`` it joins a
-cluster. Each item is one Ray task (``num_cpus`` each); results are gathered in input order
-with :func:`ray.wait`, so progress is reported as tasks finish. A task's exception comes back
-as its original type (Ray wraps it; we unwrap it).
+cluster. Each item is one Ray task (``num_cpus`` each). At most ``max_in_flight`` tasks are
+submitted at once (default: twice what the cluster can run), so a map over 100k items keeps
+a bounded window of object refs and task specs on the driver and the scheduler, and items
+are read from the sequence only as the window has room. Finished tasks are collected with
+:func:`ray.wait` over that window only, so progress is reported as tasks finish and the
+driver's bookkeeping costs O(items x window), not O(items²). Results come back in input
+order; a task's exception comes back as its original type (Ray wraps it; we unwrap it).
 """
 
 from __future__ import annotations
@@ -21,14 +25,17 @@ R = TypeVar("R")
 
 
 class RayExecutor:
-    """Run items as Ray tasks.
+    """Run items as Ray tasks, a bounded window of them at a time.
 
     Args:
         address: Cluster address (``auto``, ``ray://host:10001``); ``None`` starts a local Ray
             on loopback unless one is already initialised in this process.
-        workers: CPUs for a local Ray started here (also the in-flight bound reported).
+        workers: CPUs for a local Ray started here.
         num_cpus: CPUs each task reserves.
         runtime_env: Passed to :func:`ray.init` (e.g. ``{"env_vars": {...}}``).
+        max_in_flight: Tasks submitted and not yet collected, at most; ``None`` means twice
+            the tasks the cluster can run at once (its CPUs / ``num_cpus``, read when a
+            :meth:`map` starts), which keeps every worker busy while the next task waits.
     """
 
     def __init__(
@@ -38,15 +45,23 @@ class RayExecutor:
         workers: int = 2,
         num_cpus: float = 1.0,
         runtime_env: dict[str, Any] | None = None,
+        max_in_flight: int | None = None,
     ) -> None:
         if workers < 1:
             raise ConfigError(f"workers must be at least 1, got {workers}", field="workers")
         if num_cpus <= 0:
             raise ConfigError(f"num_cpus must be positive, got {num_cpus}", field="num_cpus")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ConfigError(
+                f"max_in_flight must be at least 1 (or None for twice the cluster's CPUs), "
+                f"got {max_in_flight}",
+                field="max_in_flight",
+            )
         self._ray = require_extra("ray", extra="ray", feature="The Ray executor")
         self.name: str = "ray"
         self.workers = workers
         self.num_cpus = num_cpus
+        self.max_in_flight = max_in_flight
         self._started_here = False
         if not self._ray.is_initialized():
             kwargs: dict[str, Any] = {
@@ -64,29 +79,49 @@ class RayExecutor:
             self._ray.init(**kwargs)
             self._started_here = True
 
+    def window(self) -> int:
+        """The in-flight bound a :meth:`map` starting now uses."""
+        if self.max_in_flight is not None:
+            return self.max_in_flight
+        cpus = float(self._ray.cluster_resources().get("CPU", self.workers))
+        return max(1, int(2 * cpus / self.num_cpus))
+
     def map(
         self, fn: Callable[[T], R], items: Sequence[T], *, on_done: OnDone | None = None
     ) -> list[R]:
         """``[fn(x) for x in items]`` as Ray tasks, results in input order."""
         ray = self._ray
+        n = len(items)
+        if n == 0:
+            return []
+        window = self.window()
         remote = ray.remote(num_cpus=self.num_cpus, max_retries=0)(_call)
-        refs = [remote.remote(fn, item) for item in items]
-        index = {ref: i for i, ref in enumerate(refs)}
-        results: dict[int, Any] = {}
-        pending = list(refs)
+        # one copy of fn in the object store, not one pickled into every task spec
+        fn_ref = ray.put(fn)
+        results: list[Any] = [None] * n
+        index: dict[Any, int] = {}  # in-flight ref -> item index (at most `window` entries)
+        submitted = 0
         try:
-            while pending:
-                done, pending = ray.wait(pending, num_returns=1)
+            while submitted < n or index:
+                while submitted < n and len(index) < window:
+                    index[remote.remote(fn_ref, items[submitted])] = submitted
+                    submitted += 1
+                pending = list(index)
+                # block for the first finished task, then take whatever else is ready now
+                done, _ = ray.wait(pending, num_returns=1)
+                if len(pending) > 1:
+                    more, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
+                    done = list(dict.fromkeys([*done, *more]))
                 for ref in done:
-                    i = index[ref]
+                    i = index.pop(ref)
                     results[i] = _unwrap(ray, ref)
                     if on_done is not None:
                         on_done(i, results[i])
         except BaseException:
-            for ref in pending:
+            for ref in index:
                 ray.cancel(ref, force=True)
             raise
-        return [results[i] for i in range(len(items))]
+        return results
 
     def close(self) -> None:
         """Shut down the local Ray this executor started (a joined cluster stays up)."""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any, overload
 
 import pytest
 
@@ -129,3 +130,80 @@ def test_judge_pool_resumes_from_the_shared_state(tmp_path: Path) -> None:
         first = pool.judge(episodes[:25])
         second = pool.judge(episodes)
     assert (first.judged, second.judged, second.skipped) == (25, 15, 25)
+
+
+class _CountingItems(Sequence[int]):
+    """A sequence that counts how many items the executor has read (= submitted)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.read = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[int]: ...
+    def __getitem__(self, i: int | slice) -> int | Sequence[int]:
+        if isinstance(i, slice):
+            raise TypeError("the executor should read items one at a time")
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        self.read += 1
+        return i
+
+
+def test_ray_keeps_at_most_twice_the_cluster_cpus_in_flight(ray_executor: Executor) -> None:
+    import ray
+
+    bound = int(2 * ray.cluster_resources()["CPU"])
+    items = _CountingItems(60)
+    in_flight: list[int] = []
+    done: list[int] = []
+
+    def seen(i: int, _: object) -> None:
+        done.append(i)
+        in_flight.append(items.read - (len(done) - 1))  # submitted, not collected before this
+
+    assert ray_executor.map(square, items, on_done=seen) == [x * x for x in range(60)]
+    assert sorted(done) == list(range(60))
+    assert max(in_flight) <= bound, in_flight
+    assert items.read == 60
+
+
+def test_ray_window_is_configurable_and_validated(ray_executor: Executor) -> None:
+    from evoharness.sdk.executors.ray import RayExecutor
+
+    with pytest.raises(ConfigError, match="max_in_flight"):
+        RayExecutor(max_in_flight=0)
+    one = RayExecutor(max_in_flight=1)  # joins the Ray the fixture started
+    items = _CountingItems(12)
+    ahead: list[int] = []
+    assert one.map(square, items, on_done=lambda i, _: ahead.append(items.read - i)) == [
+        x * x for x in range(12)
+    ]
+    assert ahead == [1] * 12  # one task at a time: item i is collected before i + 1 is read
+
+
+def test_ray_wait_scans_only_the_window(
+    ray_executor: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refs handed to ``ray.wait`` over a whole map grow with items x window, not items²."""
+    import ray
+
+    scanned: list[int] = []
+    real_wait = ray.wait
+
+    def counting_wait(refs: list[Any], **kw: Any) -> Any:
+        scanned.append(len(refs))
+        return real_wait(refs, **kw)
+
+    monkeypatch.setattr(ray, "wait", counting_wait)
+    n = 200
+    bound = int(2 * ray.cluster_resources()["CPU"])
+    assert ray_executor.map(square, list(range(n))) == [x * x for x in range(n)]
+    assert max(scanned) <= bound
+    # two looks at the window per collected batch at most (old code: n*(n+1)/2 = 20100)
+    assert sum(scanned) <= 2 * n * bound

@@ -15,9 +15,9 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from evoharness.harness.tracing import TraceStore
+from evoharness.harness.tracing._records import encode as _encode
 from evoharness.harness.tracing.mask_corpus import SAFE_VALUES, SECRET_VALUES, _mixed_text
 from evoharness.harness.tracing.masking import Masker
-from evoharness.harness.tracing.store import _encode
 
 T = "0" * 31 + "1"
 

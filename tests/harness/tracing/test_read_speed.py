@@ -21,7 +21,7 @@ import pytest
 from evoharness.evolve.benchmarks.scale import record, replicate
 from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource, build_episode
 from evoharness.harness.tracing import Score, Trace, TraceStore
-from evoharness.harness.tracing import store as store_module
+from evoharness.harness.tracing import _reads as reads_module
 from evoharness.harness.tracing.store import TraceQuery, gc_paused
 
 
@@ -53,7 +53,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TraceStore]:
 def _reference(store: TraceStore, where: EpisodeFilter) -> list[Episode]:
     """Episodes by the plain path: ``json.loads`` and one read per trace."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(store_module, "_loads", json.loads)
+        mp.setattr(reads_module, "loads", json.loads)
         ids = [t.id for t in store.query(where.query())]
         out = []
         for tid in ids:
@@ -105,7 +105,7 @@ def test_read_in_small_chunks_equals_one_chunk(shop: TraceStore) -> None:
     ],
 )
 def test_loads_gives_what_json_gives(body: str) -> None:
-    got, want = store_module._loads(body), json.loads(body)
+    got, want = reads_module.loads(body), json.loads(body)
     assert repr(got) == repr(want) and type(got) is type(want)
 
 

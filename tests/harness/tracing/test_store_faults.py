@@ -90,7 +90,7 @@ FULL_DISK = textwrap.dedent(
     while store.health.state != "sick" and time.time() < deadline:
         time.sleep(0.01)
     sick = store.health.state
-    alive = store._writer.is_alive()
+    alive = store._writer.thread.is_alive()
     during = store.accounting()
     free()
     flushed = store.flush(30)
@@ -154,7 +154,7 @@ def test_read_only_directory_spills_nothing_lost_silently(tmp_path: Path) -> Non
         for i in range(1, 50):
             store.put_observation(obs(i))
         time.sleep(0.5)
-        assert store._writer is not None and store._writer.is_alive()
+        assert store._writer.thread is not None and store._writer.thread.is_alive()
         assert store.accounting()["unaccounted"] == 0
     finally:
         os.chmod(tmp_path, 0o755)
@@ -182,8 +182,8 @@ def test_damaged_pages_divert_to_spill(tmp_path: Path) -> None:
     deadline = time.time() + 10
     while store.health.state != "sick" and time.time() < deadline:
         time.sleep(0.01)
-    assert store.health.state == "sick" and store._writer is not None
-    assert store._writer.is_alive()
+    assert store.health.state == "sick" and store._writer.thread is not None
+    assert store._writer.thread.is_alive()
     deadline = time.time() + 10
     while store.accounting()["in_flight"] and time.time() < deadline:
         time.sleep(0.01)
@@ -289,7 +289,9 @@ def test_message_cache_is_bounded_by_bytes(tmp_path: Path) -> None:
             }
         )
     assert store.flush(20)
-    assert store._cache_bytes <= 200_000 and len(store._records) <= 2
+    assert (
+        store._writer.preparer.cache_bytes <= 200_000 and len(store._writer.preparer.records) <= 2
+    )
     store.close()
 
 

@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from pydantic import ValidationError
 
 from evoharness.harness.tracing import Observation, TraceStore
-from evoharness.harness.tracing.store import _fast_observation
+from evoharness.harness.tracing._records import fast_observation
 
 T = "0" * 31 + "1"
 S = "00000000000000a1"
@@ -71,14 +71,14 @@ UNUSUAL: list[dict[str, Any]] = [
 
 @pytest.mark.parametrize("record", GOOD)
 def test_fast_path_equals_the_model(record: dict[str, Any]) -> None:
-    fast = _fast_observation(record)
+    fast = fast_observation(record)
     assert fast is not None
     assert fast == Observation.model_validate(record).model_dump(mode="json")
 
 
 @pytest.mark.parametrize("record", UNUSUAL)
 def test_unusual_records_go_to_the_model(record: dict[str, Any]) -> None:
-    assert _fast_observation(record) is None
+    assert fast_observation(record) is None
     # either the model accepts it (and the store uses its dump) or it dead-letters
     with contextlib.suppress(ValidationError):
         Observation.model_validate(record)
@@ -132,10 +132,10 @@ def test_a_failed_batch_does_not_leave_deltas_to_unstored_rows(tmp_path: Path) -
     _gen(store, 0, [h])
     assert store.flush(10)
     new: dict[str, Any] = {}
-    found = store._messages_ref("0000000000000002", T, [h, a1], new)
+    found = store._writer.preparer.messages_ref("0000000000000002", T, [h, a1], new)
     assert found is not None and isinstance(found[0]["$messages"], dict)  # a delta
-    store._remember(T, found[1])
-    store._chains.clear()  # what a failed _write does
+    store._writer.preparer.remember(T, found[1])
+    store._writer.preparer.forget_chains()  # what a failed _write does
     _gen(store, 2, [h, a1, a2])
     assert store.flush(10)
     by_id = {o.id: o.input for o in store.observations(T)}
@@ -147,8 +147,8 @@ def test_a_finished_run_releases_its_messages(tmp_path: Path) -> None:
     store = TraceStore(tmp_path / "t.db", linger_s=0)
     _gen(store, 0, [HumanMessage("hello")])
     assert store.flush(10)
-    assert T in store._chains
+    assert T in store._writer.preparer.chains
     store.put_trace({"id": T, "run_id": "r", "start_time": 0.0, "status": "ok"})
     assert store.flush(10)
-    assert T not in store._chains
+    assert T not in store._writer.preparer.chains
     store.close()

@@ -18,16 +18,15 @@ import json
 import sqlite3
 import threading
 import time
-from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from evoharness.evolve.embeddings import Embedder, VectorIndex
+from evoharness.evolve.memory_index import MemoryIndex, weight
 from evoharness.harness.text import content_words
 from evoharness.sdk.registry import Registry, SQLiteRegistry
 
@@ -505,129 +504,15 @@ def apply_feedback(
     return out
 
 
-class _Postings:
-    """One kind's inverted index as flat arrays: a slot per indexed entry, and per word the
-    slots of the entries that contain it (appended as entries arrive).
-
-    A query's shared-word counts are one ``numpy.bincount`` over the query words' slot
-    lists and its scores one vector expression, so the work per matching entry is a few
-    machine instructions rather than Python bytecode (100k entries: milliseconds). A
-    removed entry's slot is dead (weight 0: it can never reach ``min_relevance``) until
-    :meth:`_Index.compact` rebuilds the arrays.
-    """
-
-    def __init__(self) -> None:
-        self.slot: dict[str, int] = {}  # live entry id -> slot
-        self.ids: list[str] = []  # slot -> entry id ("" once dead)
-        self.sizes = array("d")  # slot -> content-word count
-        self.weights = array("d")  # slot -> max(confidence, 0.05); 0.0 once dead
-        self.lists: dict[str, array[int]] = {}  # word -> slots
-        self.dead = 0
-
-    def add(self, entry_id: str, found: frozenset[str], weight: float) -> None:
-        at = len(self.ids)
-        self.slot[entry_id] = at
-        self.ids.append(entry_id)
-        self.sizes.append(float(len(found)))
-        self.weights.append(weight)
-        for w in found:
-            slots = self.lists.get(w)
-            if slots is None:
-                slots = self.lists[w] = array("q")
-            slots.append(at)
-
-    def remove(self, entry_id: str) -> None:
-        at = self.slot.pop(entry_id, None)
-        if at is not None:
-            self.ids[at] = ""
-            self.weights[at] = 0.0
-            self.dead += 1
-
-    def top(self, query_words: frozenset[str], k: int, at_least: float) -> list[str]:
-        """Ids of the ``k`` best entries by Jaccard(query, entry) x weight, best first (ties
-        by id), each scoring at least ``at_least`` (> 0); the numbers :func:`similarity`
-        gives: |q & e| / (|q| + |e| - |q & e|)."""
-        parts = [self.lists[w] for w in query_words if w in self.lists]
-        if not parts:
-            return []
-        slots = np.concatenate([np.frombuffer(p, dtype=np.int64) for p in parts])
-        shared_all = np.bincount(slots)
-        hit = np.flatnonzero(shared_all)
-        shared = shared_all[hit].astype(np.float64)
-        sizes = np.frombuffer(self.sizes, dtype=np.float64)[hit]
-        weights = np.frombuffer(self.weights, dtype=np.float64)[hit]
-        scores = shared / (len(query_words) + sizes - shared) * weights
-        keep = scores >= at_least
-        hit, scores = hit[keep], scores[keep]
-        if len(scores) > k:  # only the k-th best score and better can be picked
-            kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-            keep = scores >= kth
-            hit, scores = hit[keep], scores[keep]
-        ranked = sorted(
-            zip(scores.tolist(), (self.ids[i] for i in hit.tolist()), strict=True),
-            key=lambda t: (-t[0], t[1]),
-        )
-        return [i for _, i in ranked[:k]]
-
-
-class _Index:
-    """Live entries with an inverted index of their content words, updated per change.
-
-    Each entry's words are computed once, when it is indexed, and kept (the shared
-    ``content_words`` cache holds 4,096 texts: at memory scale it would only thrash).
-    """
-
-    def __init__(self) -> None:
-        self.entries: dict[str, MemoryEntry] = {}
-        self.words: dict[str, frozenset[str]] = {}
-        self.postings: dict[str, _Postings] = {"strategy": _Postings(), "lesson": _Postings()}
-        self.preferences: dict[str, list[str]] = {}  # user id -> entry ids, in order
-
-    def remove(self, entry_id: str) -> None:
-        old = self.entries.pop(entry_id, None)
-        if old is None:
-            return
-        if old.kind == "preference":
-            mine = self.preferences.get(old.user_id) if old.user_id is not None else None
-            if mine is not None and entry_id in mine:
-                mine.remove(entry_id)
-            return
-        self.words.pop(entry_id, None)
-        self.postings[old.kind].remove(entry_id)
-
-    def add(self, entry: MemoryEntry) -> None:
-        self.remove(entry.id)
-        if entry.retired:
-            return
-        self.entries[entry.id] = entry
-        if entry.kind == "preference":
-            if entry.user_id is not None:
-                bisect.insort(self.preferences.setdefault(entry.user_id, []), entry.id)
-            return
-        found = _content_words(entry.text)
-        self.words[entry.id] = found
-        self.postings[entry.kind].add(entry.id, found, max(entry.confidence, 0.05))
-
-    def compact(self) -> None:
-        """Rebuild a kind's arrays once dead slots outnumber live ones (amortised O(1) per
-        change; slots are re-assigned in id order)."""
-        for kind, postings in self.postings.items():
-            if postings.dead <= max(1024, len(postings.slot)):
-                continue
-            fresh = _Postings()
-            for i in sorted(postings.slot):
-                e = self.entries[i]
-                fresh.add(i, self.words[i], max(e.confidence, 0.05))
-            self.postings[kind] = fresh
-
-
 class MemoryRetriever:
     """Top-K strategies and lessons for a query (lexical by default), by relevance × confidence.
 
     Entries are indexed once and kept current from the store's change log (every
     ``refresh_s`` seconds one indexed query fetches what was written since); with the
-    default lexical relevance a query scores only the entries that share a word with it
-    (an inverted index), so retrieval does not scan the whole memory. An embedding
+    default lexical relevance a query reads the posting lists of its rarer words and
+    stops once no unread entry can enter the top k
+    (:class:`~evoharness.evolve.memory_index.LexicalIndex`: exact, with pruning), so
+    retrieval does not grow with the memory. An embedding
     similarity (an :class:`~evoharness.evolve.embeddings.Embedder`, e.g.
     ``EmbeddingSimilarity``) embeds each entry once, when it is indexed, into a
     :class:`~evoharness.evolve.embeddings.VectorIndex` (one matrix-vector product per
@@ -657,7 +542,7 @@ class MemoryRetriever:
         self.similar = similar
         self.min_relevance = min_relevance
         self.refresh_s = refresh_s
-        self._index = _Index()
+        self._index = MemoryIndex()
         self._vectors: dict[str, VectorIndex] | None = (
             {"strategy": VectorIndex(), "lesson": VectorIndex()}
             if isinstance(similar, Embedder)
@@ -675,7 +560,7 @@ class MemoryRetriever:
                 if entry is None:
                     self._index.remove(entry_id)
                 else:
-                    self._index.add(entry)
+                    self._index.add(entry, _content_words(entry.text))
             self._index.compact()
             if self._vectors is not None:
                 self._embed(changes)
@@ -697,12 +582,12 @@ class MemoryRetriever:
         fresh = [
             e
             for _, e in changes
-            if e is not None and e.id in self._index.words  # indexed, live
+            if e is not None and self._index.ranked(e.id)  # indexed, live
         ]
         if fresh:
             embedded = self.similar.embed([e.text for e in fresh])
             for e, vector in zip(fresh, embedded, strict=True):
-                self._vectors[e.kind].add(e.id, vector, max(e.confidence, 0.05))
+                self._vectors[e.kind].add(e.id, vector, weight(e.confidence))
 
     def _ranked(self, query: str, kind: str, entries: dict[str, MemoryEntry]) -> list[MemoryEntry]:
         if self.similar is similarity and self.min_relevance > 0:
@@ -713,7 +598,7 @@ class MemoryRetriever:
             found = self._vectors[kind].top(query_vector, self.k, self.min_relevance)
             return [entries[i] for i in found]
         scored = [
-            (self.similar(query, e.text) * max(e.confidence, 0.05), e.id)
+            (self.similar(query, e.text) * weight(e.confidence), e.id)
             for e in entries.values()
             if e.kind == kind
         ]

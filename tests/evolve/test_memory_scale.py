@@ -279,8 +279,9 @@ def test_pruned_lexical_ranking_equals_the_full_scan(tmp_path: Path) -> None:
 
 
 def test_churned_index_is_compacted_and_still_exact(tmp_path: Path) -> None:
-    """Every rewrite of an entry leaves a dead slot behind; once dead slots outnumber the
-    live ones (and 1,024) the arrays are rebuilt, and rankings stay those of a full scan."""
+    """A rewrite that changes an entry's words can leave its old word class empty; once
+    empty classes outnumber live ones (and 1,024) the lists are rebuilt, and rankings stay
+    those of a full scan."""
     rng = random.Random(5)
     store = MemoryStore(tmp_path / "memory.db")
     live = {e.id: e for e in (make_entry(rng, i) for i in range(400))}
@@ -288,20 +289,26 @@ def test_churned_index_is_compacted_and_still_exact(tmp_path: Path) -> None:
     retriever = MemoryRetriever(store, refresh_s=3600)
     retriever.refresh()
     dead_seen = 0
-    for step in range(8):  # every entry rewritten each step
+    for step in range(8):  # every entry rewritten with new words each step
         live = {
-            i: e.model_copy(update={"confidence": round(rng.random(), 3)}) for i, e in live.items()
+            i: e.model_copy(
+                update={
+                    "confidence": round(rng.random(), 3),
+                    "summary": f"{e.summary.split(' step')[0]} step{step}",
+                }
+            )
+            for i, e in live.items()
         }
         store.replace(live, note=f"churn {step}")
         retriever.refresh()
-        dead_seen = max(dead_seen, retriever._index.postings["strategy"].dead)
+        dead_seen = max(dead_seen, retriever._index.postings["strategy"].empty)
         current = store.entries()
         for query, user in QUERIES:
             want = reference_retrieve(current, query, user)
             assert [e.id for e in retriever.retrieve(query, user_id=user)] == want
     postings = retriever._index.postings["strategy"]
-    assert dead_seen > 0 and postings.dead <= 1024  # rebuilt along the way, not growing
-    assert len(postings.ids) <= len(postings.slot) + 1024
+    assert dead_seen > 0 and postings.empty <= 1024  # rebuilt along the way, not growing
+    assert len(postings.class_words) <= len(postings.where) + 1024
     store.close()
 
 

@@ -23,12 +23,12 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter
 
 from evoharness.evolve.embeddings import Embedder, VectorIndex
 from evoharness.evolve.memory_index import MemoryIndex, weight
 from evoharness.harness.text import content_words
-from evoharness.sdk.registry import Registry, SQLiteRegistry
+from evoharness.sdk.registry import Registry, RegistryError, SQLiteRegistry
 
 Kind = Literal["strategy", "lesson", "preference"]
 OpKind = Literal["ADD", "UPDATE", "MERGE", "DELETE"]
@@ -95,6 +95,12 @@ def StrategyEntry(**fields: Any) -> MemoryEntry:
 def LessonEntry(**fields: Any) -> MemoryEntry:
     """A lesson learned from badcases (pattern, what went wrong, avoid hints)."""
     return MemoryEntry(kind="lesson", **fields)
+
+
+_ENTRY_LIST = TypeAdapter(list[MemoryEntry])
+"""Validates many stored entries in one call (a JSON array), not one call per row."""
+_NOT_READ = MemoryEntry(id="-", kind="lesson", query_pattern="", summary="")
+"""Stands for a live row whose body was compared but not parsed."""
 
 
 def entry_id(kind: str, pattern: str, summary: str) -> str:
@@ -307,7 +313,10 @@ class MemoryStore:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.executescript(
             "CREATE TABLE IF NOT EXISTS entries (id TEXT PRIMARY KEY, kind TEXT, body TEXT);"
+            "CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT);"
         )
+        self._known: dict[str, tuple[MemoryEntry, str]] | None = None
+        self._known_seq = 0
         self._lock = threading.Lock()
         self._add_change_column()
         self._owns_registry = registry is None
@@ -330,7 +339,8 @@ class MemoryStore:
         if self.registry.versions(MEMORY, self.name):
             return  # the registry already has history: leave the old table for a person
         for version, note, body in rows:
-            self._snapshot(json.loads(body), f"{note} (legacy v{version})".strip())
+            entries = (MemoryEntry.model_validate(d) for d in json.loads(body))
+            self._snapshot({e.id: e for e in entries}, f"{note} (legacy v{version})".strip())
         with self._lock:
             self._conn.execute("DROP TABLE snapshots")
 
@@ -354,41 +364,97 @@ class MemoryStore:
             self.registry.close()
 
     def entries(self, *, include_retired: bool = False) -> dict[str, MemoryEntry]:
-        """Entries by id."""
+        """Entries by id (shared objects: change them with ``model_copy``, as the reducer
+        does, never in place)."""
         with self._lock:
-            rows = self._conn.execute("SELECT body FROM entries WHERE body IS NOT NULL").fetchall()
-        out = {e.id: e for e in (MemoryEntry.model_validate_json(r[0]) for r in rows)}
+            known = self._known_now()
+            if known is None:
+                rows = self._conn.execute(
+                    "SELECT id, body FROM entries WHERE body IS NOT NULL"
+                ).fetchall()
+                seq = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM entries")
+                stamp = int(seq.fetchone()[0])
+                known = self._remember(rows, stamp)
+        out = {i: e for i, (e, _) in known.items()}
         return out if include_retired else {k: v for k, v in out.items() if not v.retired}
 
-    def _write(self, entries: dict[str, MemoryEntry]) -> None:
-        """Make ``entries`` the live set, writing only the rows that changed (each stamped
-        with this write's sequence number, so readers reload only those)."""
-        rows = {e.id: (e.kind, e.model_dump_json()) for e in entries.values()}
+    def _known_now(self) -> dict[str, tuple[MemoryEntry, str]] | None:
+        """The entries last read or written here, if no other writer changed any since
+        (the newest change's sequence number is still the one they were read at)."""
+        if self._known is None:
+            return None
+        seq = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM entries")
+        return self._known if int(seq.fetchone()[0]) == self._known_seq else None
+
+    def _remember(
+        self, rows: list[tuple[str, str]], seq: int
+    ) -> dict[str, tuple[MemoryEntry, str]]:
+        """Validate ``rows`` (id, body) in one call and keep them as the known entries."""
+        parsed = _ENTRY_LIST.validate_json("[" + ",".join(body for _, body in rows) + "]")
+        self._known = {e.id: (e, body) for e, (_, body) in zip(parsed, rows, strict=True)}
+        self._known_seq = seq
+        return self._known
+
+    def _diff(
+        self, entries: dict[str, MemoryEntry], known: dict[str, tuple[MemoryEntry, str]]
+    ) -> dict[str, tuple[MemoryEntry, str] | None]:
+        """Id -> (entry, body) for every entry that differs from ``known``, ``None`` for
+        every known one ``entries`` lacks. An entry object that is the very one read or
+        written here is unchanged (entries are never changed in place): no serialisation."""
+        changes: dict[str, tuple[MemoryEntry, str] | None] = {}
+        for i, e in entries.items():
+            old = known.get(i)
+            if old is not None and old[0] is e:
+                continue
+            body = e.model_dump_json()
+            if old is None or old[1] != body:
+                changes[i] = (e, body)
+        changes.update((i, None) for i in known if i not in entries)
+        return changes
+
+    def _write(self, entries: dict[str, MemoryEntry], snapshot: int) -> None:
+        """Make ``entries`` the live set, held by snapshot ``snapshot``, writing only the
+        rows that changed (each stamped with this write's sequence number, so readers
+        reload only those)."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")  # one writer at a time: seq stays ordered
             try:
-                current = dict(
-                    self._conn.execute("SELECT id, body FROM entries WHERE body IS NOT NULL")
-                )
+                known = self._known_now()
+                if known is None:
+                    rows = self._conn.execute(
+                        "SELECT id, body FROM entries WHERE body IS NOT NULL"
+                    ).fetchall()
+                    known = {i: (_NOT_READ, body) for i, body in rows}
+                changes = self._diff(entries, known)
                 seq = self._conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM entries")
                 stamp = int(seq.fetchone()[0])
                 self._conn.executemany(
                     "INSERT INTO entries(id, kind, body, seq) VALUES (?,?,?,?) ON CONFLICT(id) "
                     "DO UPDATE SET kind=excluded.kind, body=excluded.body, seq=excluded.seq",
-                    [
-                        (i, kind, body, stamp)
-                        for i, (kind, body) in sorted(rows.items())
-                        if current.get(i) != body
-                    ],
+                    [(i, c[0].kind, c[1], stamp) for i, c in sorted(changes.items()) if c],
                 )
                 self._conn.executemany(
                     "UPDATE entries SET body=NULL, seq=? WHERE id=?",
-                    [(stamp, i) for i in sorted(current) if i not in rows],
+                    [(stamp, i) for i, c in sorted(changes.items()) if c is None],
+                )
+                self._conn.execute(
+                    "INSERT INTO store_meta(key, value) VALUES ('snapshot', ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                    (str(snapshot),),
                 )
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
+                self._known = None
                 raise
+            for i, c in changes.items():
+                if c is None:
+                    known.pop(i, None)
+                else:
+                    known[i] = c
+            parsed = all(e is not _NOT_READ for e, _ in known.values())
+            self._known = known if parsed else None
+            self._known_seq = stamp if changes else stamp - 1
 
     def changes_since(self, seq: int) -> tuple[int, list[tuple[str, MemoryEntry | None]]]:
         """Entries written after write ``seq`` (``-1``: all), as (id, entry or ``None``
@@ -397,16 +463,39 @@ class MemoryStore:
             rows = self._conn.execute(
                 "SELECT id, body, seq FROM entries WHERE seq > ? ORDER BY seq, id", (seq,)
             ).fetchall()
-        changes = [
-            (i, MemoryEntry.model_validate_json(body) if body is not None else None)
-            for i, body, _ in rows
-        ]
+        live = [body for _, body, _ in rows if body is not None]
+        parsed = iter(_ENTRY_LIST.validate_json("[" + ",".join(live) + "]"))  # one call
+        changes = [(i, next(parsed) if body is not None else None) for i, body, _ in rows]
         return (max(seq, rows[-1][2]) if rows else seq), changes
 
-    def _snapshot(self, body: list[dict[str, Any]], note: str) -> int:
-        stored = self.registry.publish(
-            MEMORY, self.name, body, metadata={"note": note}, author=self.author
-        )
+    def _held(self) -> int | None:
+        """The snapshot the live rows were last written from (``None``: unknown)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT value FROM store_meta WHERE key = 'snapshot'"
+            ).fetchone()
+        return int(row[0]) if row else None
+
+    def _snapshot(self, entries: dict[str, MemoryEntry], note: str) -> int:
+        """Publish ``entries`` as a memory version and make it active: a delta against the
+        active snapshot when the live rows hold it, else every entry."""
+        active = self.active_version()
+        with self._lock:
+            known = self._known_now()
+        meta = {"note": note}
+        stored = None
+        if active is not None and known is not None and self._held() == active:
+            changed = self._diff(entries, known)
+            changes = {i: c[0].model_dump(mode="json") if c else None for i, c in changed.items()}
+            with contextlib.suppress(RegistryError):  # a whole-content snapshot: no delta base
+                stored = self.registry.publish_changes(
+                    MEMORY, self.name, changes, base=active, metadata=meta, author=self.author
+                )
+        if stored is None:
+            every = {i: e.model_dump(mode="json") for i, e in entries.items()}
+            stored = self.registry.publish_changes(
+                MEMORY, self.name, every, base=None, metadata=meta, author=self.author
+            )
         self.registry.promote(
             MEMORY, self.name, stored.version, actor=self.author, reason=note or "replace"
         )
@@ -414,17 +503,23 @@ class MemoryStore:
 
     def replace(self, entries: dict[str, MemoryEntry], *, note: str = "") -> int:
         """Store ``entries`` (all of them), snapshot and activate the result; returns the
-        snapshot version (the latest one's when nothing changed since it)."""
-        ordered = sorted(entries.values(), key=lambda e: e.id)
-        version = self._snapshot([e.model_dump(mode="json") for e in ordered], note)
-        self._write(entries)
+        snapshot version (the active one's when nothing changed since it).
+
+        The snapshot is a delta (the entries that changed since the active one) when the
+        live rows hold the active snapshot; entries already read or written by this store
+        and passed back unchanged (the same objects) are not even serialised again.
+        """
+        if self._known is None:
+            self.entries()  # read once: the diff below then runs against these
+        version = self._snapshot(entries, note)
+        self._write(entries, version)
         return version
 
     def versions(self) -> list[tuple[int, float, str]]:
         """(version, created_at, note) of every snapshot, oldest first."""
         return [
             (v.version, v.created_at, str(v.metadata.get("note", "")))
-            for v in self.registry.versions(MEMORY, self.name)
+            for v in self.registry.versions(MEMORY, self.name, content=False)
         ]
 
     def active_version(self) -> int | None:
@@ -432,7 +527,12 @@ class MemoryStore:
         return self.registry.labels(MEMORY, self.name).get("active")
 
     def _load(self, version: int) -> dict[str, MemoryEntry]:
-        body = self.registry.get(MEMORY, self.name, version).content
+        """Snapshot ``version``'s entries (a keyed version, or a whole-content one written
+        before snapshots were deltas)."""
+        try:
+            body: Iterable[Any] = self.registry.items(MEMORY, self.name, version).values()
+        except RegistryError:
+            body = self.registry.get(MEMORY, self.name, version).content
         return {e.id: e for e in (MemoryEntry.model_validate(d) for d in body)}
 
     def restore(self, version: int, *, reason: str = "") -> int:
@@ -445,7 +545,7 @@ class MemoryStore:
         self.registry.promote(
             MEMORY, self.name, version, actor=self.author, reason=reason or f"restore v{version}"
         )
-        self._write(entries)
+        self._write(entries, version)
         return version
 
     def rollback(self, *, reason: str = "") -> int:
@@ -454,10 +554,10 @@ class MemoryStore:
         Raises:
             ArtifactNotFound: No earlier snapshot was ever active.
         """
-        self.registry.rollback(MEMORY, self.name, actor=self.author, reason=reason)
-        version = self.registry.get(MEMORY, self.name, label="active").version
-        self._write(self._load(version))
-        return version
+        event = self.registry.rollback(MEMORY, self.name, actor=self.author, reason=reason)
+        assert event.version is not None  # a rollback always names the version it serves
+        self._write(self._load(event.version), event.version)
+        return event.version
 
     def export_json(self, path: Path) -> int:
         """Write every entry (retired ones too) to a JSON file; returns the count."""

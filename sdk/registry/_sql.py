@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any, ClassVar
 
 from evoharness.harness.errors import ConfigError
+from evoharness.sdk.registry._keyed import KeyedVersions
 from evoharness.sdk.registry.base import (
     ArtifactNotFound,
     ArtifactVersion,
@@ -49,7 +50,7 @@ def pretty_json(content: Any) -> str:
     return json.dumps(content, sort_keys=True, indent=2, ensure_ascii=False)
 
 
-class SQLRegistry:
+class SQLRegistry(KeyedVersions):
     """Shared implementation of :class:`~evoharness.sdk.registry.base.Registry`.
 
     One connection per registry object, shared by threads under a lock. Writes to one
@@ -118,7 +119,7 @@ class SQLRegistry:
             kind=row[0],
             name=row[1],
             version=int(row[2]),
-            content=json.loads(row[3]),
+            content=None if row[3] is None else json.loads(row[3]),
             content_hash=row[4],
             metadata=json.loads(row[5]),
             author=row[6],
@@ -251,10 +252,20 @@ class SQLRegistry:
     ) -> ArtifactVersion:
         """One version: by number, by label, or (neither given) the latest.
 
+        A keyed version (:meth:`publish_changes`) comes with its items as content, sorted
+        by id.
+
         Raises:
             ArtifactNotFound: No such version, label or artifact.
             ConfigError: Both ``version`` and ``label`` were given.
         """
+        with self._lock:
+            return self._materialized(self._resolve(kind, name, version, label))
+
+    def _resolve(
+        self, kind: str, name: str, version: int | None, label: str | None
+    ) -> ArtifactVersion:
+        """One version as stored (a keyed version's content is its header)."""
         if version is not None and label is not None:
             raise ConfigError("pass a version or a label, not both", field="label")
         with self._lock:
@@ -292,15 +303,21 @@ class SQLRegistry:
             )
         return self._version(row)
 
-    def versions(self, kind: str, name: str) -> list[ArtifactVersion]:
-        """All versions of ``kind/name``, oldest first (empty when there are none)."""
+    def versions(self, kind: str, name: str, *, content: bool = True) -> list[ArtifactVersion]:
+        """All versions of ``kind/name``, oldest first (empty when there are none).
+
+        Args:
+            content: ``False`` leaves every version's content out (``None``): listing the
+                versions of a large artifact then reads no content at all.
+        """
+        columns = _VERSION_COLUMNS if content else _VERSION_COLUMNS.replace("content,", "NULL,")
         with self._lock:
             rows = self._exec(
-                f"SELECT {_VERSION_COLUMNS} FROM registry_versions "
+                f"SELECT {columns} FROM registry_versions "
                 "WHERE kind = ? AND name = ? ORDER BY version",
                 (kind, name),
             )
-        return [self._version(r) for r in rows]
+            return [self._materialized(self._version(r)) for r in rows]
 
     def names(self, kind: str) -> list[str]:
         """Artifact names of one kind, sorted."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -141,8 +142,30 @@ class Registry(Protocol):
         ``ArtifactNotFound`` when there is none."""
         ...
 
-    def versions(self, kind: str, name: str) -> list[ArtifactVersion]:
-        """All versions, oldest first."""
+    def versions(self, kind: str, name: str, *, content: bool = True) -> list[ArtifactVersion]:
+        """All versions, oldest first (``content=False``: without their content)."""
+        ...
+
+    def publish_changes(
+        self,
+        kind: str,
+        name: str,
+        changes: Mapping[str, Any | None],
+        *,
+        base: int | None,
+        metadata: dict[str, Any] | None = None,
+        author: str = "evoharness",
+        full_every: int = 16,
+    ) -> ArtifactVersion:
+        """Publish a keyed version: version ``base``'s items with ``changes`` applied (id ->
+        item, ``None`` removes), stored as a delta. Changes that change nothing publish
+        nothing (``base`` is returned)."""
+        ...
+
+    def items(
+        self, kind: str, name: str, version: int | None = None, *, label: str | None = None
+    ) -> dict[str, Any]:
+        """A keyed version's items by id."""
         ...
 
     def names(self, kind: str) -> list[str]:

@@ -62,6 +62,12 @@ class PostgresRegistry(SQLRegistry):
             "CREATE INDEX registry_events_key ON registry_events (kind, name, id)",
             "CREATE INDEX registry_events_at ON registry_events (at)",
         ),
+        (  # keyed versions stored as deltas (sdk/registry/_keyed.py)
+            "CREATE TABLE registry_items (kind TEXT NOT NULL, name TEXT NOT NULL,"
+            " version INTEGER NOT NULL, item_id TEXT NOT NULL, body TEXT, hash TEXT,"
+            " PRIMARY KEY (kind, name, version, item_id))",
+            "CREATE INDEX registry_items_item ON registry_items (kind, name, item_id, version)",
+        ),
     )
 
     def __init__(self, url: str, *, connect_timeout_s: float = 10.0) -> None:

@@ -318,10 +318,10 @@ def test_threads_share_one_registry(reg: Registry) -> None:
 def test_schema_version_table_and_reopen(registry_url: str) -> None:
     first = open_registry(registry_url)
     first.publish("prompt", "p", {"a": 1})
-    assert first.schema_version() == 1
+    assert first.schema_version() == 2
     first.close()
     with open_registry(registry_url) as again:
-        assert again.schema_version() == 1 and again.get("prompt", "p").content == {"a": 1}
+        assert again.schema_version() == 2 and again.get("prompt", "p").content == {"a": 1}
 
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:

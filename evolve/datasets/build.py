@@ -22,6 +22,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, Field
 
 from evoharness.evolve.datasets.rows import DPORow, GRPOTask, SFTRow, chat_messages
+from evoharness.evolve.jobs import group_key
 from evoharness.evolve.judge import Verdict
 from evoharness.evolve.routing import routes_for
 from evoharness.evolve.traces import Episode, EpisodeFilter, TraceSource
@@ -38,14 +39,6 @@ def tool_schemas(tools: Sequence[BaseTool]) -> list[dict[str, Any]]:
     return [convert_to_openai_tool(t) for t in tools]
 
 
-def task_key(episode: Episode) -> str:
-    """The case pattern an episode belongs to: its ``task_id`` or a hash of its request."""
-    task = episode.metadata.get("task_id")
-    if isinstance(task, str) and task:
-        return task
-    return "q:" + hashlib.sha256((episode.query or "").encode()).hexdigest()[:16]
-
-
 class Gates(BaseModel):
     """What a run must pass to become training data.
 
@@ -56,6 +49,8 @@ class Gates(BaseModel):
         require_verdict: Drop episodes without a verdict.
         max_chars: Longest conversation (characters of all messages) kept.
         min_assistant_turns: Fewest assistant turns a row needs.
+        max_assistant_turns: Most assistant turns a row may have (``None``: any); keeps
+            training runs as short as the tasks a small model is evaluated on.
         bad_max_total: A verdict at or below this total (or a failed P0) marks a bad run.
     """
 
@@ -64,6 +59,7 @@ class Gates(BaseModel):
     require_verdict: bool = False
     max_chars: int = Field(60_000, ge=100)
     min_assistant_turns: int = Field(1, ge=1)
+    max_assistant_turns: int | None = Field(None, ge=1)
     bad_max_total: float = Field(0.5, ge=0.0, le=1.0)
 
 
@@ -97,7 +93,12 @@ def decide(episode: Episode, verdict: Verdict | None, gates: Gates) -> Decision:
 def _length_ok(messages: list[dict[str, Any]], gates: Gates) -> bool:
     chars = sum(len(json.dumps(m, sort_keys=True, default=str)) for m in messages)
     turns = sum(m["role"] == "assistant" for m in messages)
-    return chars <= gates.max_chars and turns >= gates.min_assistant_turns
+    most = gates.max_assistant_turns
+    return (
+        chars <= gates.max_chars
+        and turns >= gates.min_assistant_turns
+        and (most is None or turns <= most)
+    )
 
 
 def split_of(task: str, *, val_fraction: float, seed: int = 0) -> str:
@@ -266,14 +267,14 @@ def build_sft(
             if not messages or messages[-1]["role"] != "assistant" or not _length_ok(messages, g):
                 dropped["length_or_shape"] = dropped.get("length_or_shape", 0) + 1
                 continue
-            task = task_key(e)
+            task = group_key(e)
             row = SFTRow(
                 messages=messages,
                 tools=_tools(tools, e),
                 task=task,
                 trace_id=e.trace_id,
-                prompt_token_ids=getattr(e, "prompt_token_ids", None),
-                completion_token_ids=getattr(e, "completion_token_ids", None),
+                prompt_token_ids=e.prompt_token_ids,
+                completion_token_ids=e.completion_token_ids,
             )
             data = row.trl() | {"task": task, "trace_id": e.trace_id}
             if row.prompt_token_ids and row.completion_token_ids:
@@ -335,9 +336,9 @@ def build_dpo(
     for e in source.episodes(where):
         decision = decide(e, (verdicts or {}).get(e.trace_id), g)
         if decision == "good":
-            good[task_key(e)].append(e)
+            good[group_key(e)].append(e)
         elif decision == "bad":
-            bad[task_key(e)].append(e)
+            bad[group_key(e)].append(e)
         else:
             dropped["undecided"] = dropped.get("undecided", 0) + 1
 

@@ -93,10 +93,13 @@ class SFTRunConfig(TrainConfig):
 
     Attributes:
         assistant_only_loss: Train only the assistant turns (tool calls and the answer).
+        drop_overlong: Drop rows longer than ``max_length`` instead of cutting them: a cut
+            conversation trains the early steps of a procedure and never its end.
     """
 
     method: Literal["sft", "dpo", "grpo"] = "sft"
     assistant_only_loss: bool = True
+    drop_overlong: bool = False
 
 
 class DPORunConfig(TrainConfig):

@@ -138,11 +138,12 @@ def last_checkpoint(run_dir: Path | str) -> Path | None:
 
 # -- tokenisation ------------------------------------------------------------------------------
 def tokenize_sft(
-    rows: Sequence[dict[str, Any]], tokenizer: Any, max_length: int
+    rows: Sequence[dict[str, Any]], tokenizer: Any, max_length: int, *, drop_overlong: bool = False
 ) -> tuple[list[dict[str, list[int]]], int]:
     """Rows as ``input_ids`` + ``assistant_masks`` (truncated); drops rows with nothing left to
-    train. Rows that carry server token ids (``prompt_token_ids``/``completion_token_ids``)
-    are used as they are instead of re-tokenising the text."""
+    train (and, with ``drop_overlong``, rows longer than ``max_length``). Rows that carry
+    server token ids (``prompt_token_ids``/``completion_token_ids``) are used as they are
+    instead of re-tokenising the text."""
     out: list[dict[str, list[int]]] = []
     dropped = 0
     for row in rows:
@@ -158,6 +159,9 @@ def tokenize_sft(
                 return_assistant_tokens_mask=True,
             )
             ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
+        if drop_overlong and len(ids) > max_length:
+            dropped += 1
+            continue
         ids, mask = ids[:max_length], mask[:max_length]
         if 1 not in mask:
             dropped += 1
@@ -360,7 +364,9 @@ def prepare_rows(
 ) -> tuple[list[dict[str, Any]], int]:
     """Rows in the form the method's trainer takes, and how many were dropped."""
     if isinstance(config, SFTRunConfig):
-        sft, dropped = tokenize_sft(rows, tokenizer, config.max_length)
+        sft, dropped = tokenize_sft(
+            rows, tokenizer, config.max_length, drop_overlong=config.drop_overlong
+        )
         return list(sft), dropped
     if isinstance(config, DPORunConfig):
         return list(render_dpo(rows, tokenizer)), 0

@@ -9,6 +9,16 @@ Tools are rendered by the tokenizer's chat template (TRL's Qwen2.5 training temp
 SmolLM2); the reply's ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks
 become ``AIMessage.tool_calls``, unparseable ones ``invalid_tool_calls``.
 
+A conversation is rendered exactly as the training path renders the same conversation read
+back from its trace (:func:`to_chat`: arguments with sorted keys, as traces store them), so
+an adapter sees at serving time the token ids it was trained on. A reply whose tool calls
+did not parse (the harness answers them with an error observation) is shown to the model as
+the text it really wrote, not as the empty-argument call the harness keeps in the history.
+
+Successive calls of a session share their prefix (the previous prompt and reply): the pool
+keeps the attention cache of its last few completions per adapter and prefills only the new
+tokens (the prefix caching an inference server does).
+
 Needs the ``train`` extra (torch, transformers, peft).
 """
 
@@ -41,10 +51,12 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
 from evoharness.harness import ConfigError
+from evoharness.harness.control.reply_check import MALFORMED_KEY
 
 BASE = "base"
 """The version name that means the base model with no adapter."""
 
+_CACHE_ARG = ""  # resolved on first use (needs transformers)
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 
@@ -83,8 +95,20 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall], list[InvalidToolCa
     return content, calls, invalid
 
 
+def canonical_args(args: dict[str, Any]) -> dict[str, Any]:
+    """Tool-call arguments with keys sorted at every level, the form traces store them in
+    (so a conversation renders to the same tokens at serving time and in training)."""
+    out: dict[str, Any] = json.loads(json.dumps(args, sort_keys=True, default=str))
+    return out
+
+
 def to_chat(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
-    """LangChain messages as chat-template messages (tool calls with dict arguments)."""
+    """LangChain messages as chat-template messages (tool calls with dict arguments).
+
+    Arguments are rendered in canonical key order (:func:`canonical_args`). A reply whose
+    calls did not parse (marked by the harness's reply check) is rendered from its raw
+    completion text when the serving model kept it (``response_metadata["raw_text"]``).
+    """
     out: list[dict[str, Any]] = []
     for m in messages:
         text = m.content if isinstance(m.content, str) else m.text
@@ -93,10 +117,20 @@ def to_chat(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
         elif isinstance(m, HumanMessage):
             out.append({"role": "user", "content": text})
         elif isinstance(m, AIMessage):
+            raw = m.response_metadata.get("raw_text")
+            if m.response_metadata.get(MALFORMED_KEY) and isinstance(raw, str):
+                # what the model really wrote; the error observation that follows then
+                # makes sense (the history otherwise shows a call with empty arguments,
+                # which a small model copies into every later call)
+                out.append({"role": "assistant", "content": raw.strip()})
+                continue
             item: dict[str, Any] = {"role": "assistant", "content": text}
             if m.tool_calls:
                 item["tool_calls"] = [
-                    {"type": "function", "function": {"name": c["name"], "arguments": c["args"]}}
+                    {
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": canonical_args(c["args"])},
+                    }
                     for c in m.tool_calls
                 ]
             out.append(item)
@@ -157,10 +191,17 @@ class AdapterPool:
         base_model: ``smollm2`` or a local model directory.
         dtype: Weights dtype for serving (``bfloat16`` is ~2x faster than fp32 on this CPU).
         threads: torch threads.
+        prefix_cache: Attention caches of the last completions kept (per pool) to prefill
+            only the tokens a follow-up prompt adds; 0 turns prefix caching off.
     """
 
     def __init__(
-        self, base_model: str, *, dtype: str = "bfloat16", threads: int | None = None
+        self,
+        base_model: str,
+        *,
+        dtype: str = "bfloat16",
+        threads: int | None = None,
+        prefix_cache: int = 4,
     ) -> None:
         from evoharness.sdk.serving.base_models import require_training
 
@@ -176,6 +217,11 @@ class AdapterPool:
         self._paths: dict[str, str] = {}
         self._lock = threading.RLock()
         self.swap_seconds: list[float] = []
+        self.prefix_cache = prefix_cache
+        # (version, token ids the cache holds, cache), most recent first
+        self._prefixes: list[tuple[str, list[int], Any]] = []
+        self.prefill_tokens = 0
+        """Prompt tokens actually prefilled (the rest came from the prefix cache)."""
 
     @property
     def adapters(self) -> dict[str, str]:
@@ -219,6 +265,7 @@ class AdapterPool:
                 self.model = self.model.unload()  # back to the plain base model
                 self._peft = False
             del self._paths[name]
+            self._prefixes = [p for p in self._prefixes if p[0] != name]
 
     def _select(self, version: str) -> Any:
         """Activate ``version`` and return a context manager for the generate call."""
@@ -240,6 +287,18 @@ class AdapterPool:
             self.swap_seconds.append(time.perf_counter() - started)
         return contextlib.nullcontext()
 
+    def encode(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None) -> Any:
+        """The prompt of a chat as the model gets it (the chat template with the tools and
+        the generation prompt), as a ``BatchEncoding`` of tensors."""
+        return self.tokenizer.apply_chat_template(
+            messages,
+            tools=tools or None,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
+            return_tensors="pt",
+        )
+
     def generate(
         self,
         messages: list[dict[str, Any]],
@@ -252,29 +311,76 @@ class AdapterPool:
         """Complete a chat: ``(text, prompt_token_ids, completion_token_ids)``."""
         import torch
 
-        enc = self.tokenizer.apply_chat_template(
-            messages,
-            tools=tools or None,
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=True,
-            return_tensors="pt",
-        )
+        enc = self.encode(messages, tools=tools)
         sample: dict[str, Any] = {"do_sample": False}
         if temperature > 0:
             sample = {"do_sample": True, "temperature": temperature}
+        prompt_ids: list[int] = enc["input_ids"][0].tolist()
+        global _CACHE_ARG
+        _CACHE_ARG = _CACHE_ARG or _cache_arg()
         with self._lock, self._select(version), torch.inference_mode():
+            cache = self._take_prefix(version, prompt_ids)
             out = self.model.generate(
                 **enc,
                 max_new_tokens=max_new_tokens,
                 pad_token_id=self.tokenizer.pad_token_id,
                 eos_token_id=self.tokenizer.eos_token_id,
+                **{_CACHE_ARG: cache},
+                return_dict_in_generate=True,
                 **sample,
             )
-        prompt_ids = enc["input_ids"][0].tolist()
-        completion_ids = out[0][len(prompt_ids) :].tolist()
+            ids: list[int] = out.sequences[0].tolist()
+            self._keep_prefix(version, ids, getattr(out, _CACHE_ARG, None))
+        completion_ids = ids[len(prompt_ids) :]
         text = self.tokenizer.decode(completion_ids, skip_special_tokens=True)
         return text, prompt_ids, completion_ids
+
+    def _take_prefix(self, version: str, prompt_ids: list[int]) -> Any:
+        """The kept cache sharing the longest prefix with ``prompt_ids``, cropped to it
+        (``None``: prefill everything). At least the last prompt token is recomputed."""
+        best, best_len = -1, 0
+        for i, (v, ids, _) in enumerate(self._prefixes):
+            if v != version:
+                continue
+            n = _common_prefix(ids, prompt_ids)
+            if n > best_len:
+                best, best_len = i, n
+        usable = min(best_len, len(prompt_ids) - 1)
+        if best < 0 or usable < 1:
+            self.prefill_tokens += len(prompt_ids)
+            return None
+        _, _, cache = self._prefixes.pop(best)
+        extra = int(cache.get_seq_length()) - usable
+        if extra > 0:
+            cache.crop(-extra)  # negative: tokens to drop (every transformers 5 release)
+        self.prefill_tokens += len(prompt_ids) - usable
+        return cache
+
+    def _keep_prefix(self, version: str, ids: list[int], cache: Any) -> None:
+        if self.prefix_cache <= 0 or cache is None:
+            return
+        held = int(cache.get_seq_length())  # the last generated token was never fed back
+        self._prefixes.insert(0, (version, ids[:held], cache))
+        del self._prefixes[self.prefix_cache :]
+
+
+def _cache_arg() -> str:
+    """``cache`` (transformers >= 5.2x) or ``past_key_values`` (older 5.x): the generate
+    argument and output field that carry the attention cache."""
+    try:
+        from transformers.generation.utils import GenerateDecoderOnlyOutput
+    except ImportError:  # pragma: no cover - the train extra is missing
+        return "past_key_values"
+    fields = getattr(GenerateDecoderOnlyOutput, "__dataclass_fields__", {})
+    return "cache" if "cache" in fields else "past_key_values"
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 def current_session(config: RunnableConfig | None = None) -> str | None:

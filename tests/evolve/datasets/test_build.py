@@ -83,7 +83,7 @@ def test_sft_rows_from_goodcases_with_provenance_and_task_split(tmp_path: Path) 
     assert all(r["tools"] == TOOLS for r in rows)
     assert rows[0]["messages"][2]["tool_calls"][0]["function"] == {
         "name": "search",
-        "arguments": {"q": rows[0]["task"].removeprefix("")},
+        "arguments": {"q": rows[0]["task"].removeprefix("task:")},
     }
     # bad runs never become SFT rows; identical conversations are kept once
     assert data.manifest.dropped["not_good:bad"] == 4
@@ -103,6 +103,22 @@ def test_sft_rows_from_goodcases_with_provenance_and_task_split(tmp_path: Path) 
     (tmp_path / "sft" / split).write_text(json.dumps({"messages": []}) + "\n")
     with pytest.raises(ConfigError, match="does not match"):
         Dataset.load(tmp_path / "sft")
+
+
+def test_rows_are_grouped_by_the_jobs_group_key_and_carry_server_token_ids() -> None:
+    from evoharness.evolve.jobs import group_key
+
+    e = _episode(1, "task-1", good=True)
+    e.prompt_token_ids, e.completion_token_ids = [1, 2], [3]
+    (row,) = build_sft(Source([e]), val_fraction=0.0).rows("train")
+    assert row["task"] == group_key(e) == "task:task-1"  # one notion of "same task"
+    assert (row["prompt_token_ids"], row["completion_token_ids"]) == ([1, 2], [3])
+
+
+def test_turn_gate_keeps_runs_as_short_as_the_evaluated_tasks() -> None:
+    assert build_sft(_source(), gates=Gates(max_assistant_turns=2), val_fraction=0.0).rows("train")
+    short = build_sft(_source(), gates=Gates(max_assistant_turns=1), val_fraction=0.0)
+    assert not short.rows("train") and short.manifest.dropped["length_or_shape"] > 0
 
 
 def test_split_is_deterministic_per_task() -> None:
@@ -167,3 +183,27 @@ def test_grpo_task_set_from_environment() -> None:
     rows = data.rows("train")
     assert [r["task_id"] for r in rows] == ["g-0", "g-1", "g-2"]
     assert rows[0]["prompt"][1] == {"role": "user", "content": "request 0"}
+
+
+def test_episodes_expose_the_last_generations_token_ids() -> None:
+    from evoharness.evolve.traces import build_episode
+    from evoharness.harness.tracing import Observation, Trace
+
+    trace = Trace(id="a" * 32, run_id="r", start_time=1.0, status="ok", input="q")
+    root = Observation(id="0" * 16, trace_id=trace.id, type="agent", name="agent", start_time=1)
+
+    def gen(n: int, ids: list[int] | None) -> Observation:
+        return Observation(
+            id=f"{n:016x}",
+            trace_id=trace.id,
+            parent_id=root.id,
+            type="generation",
+            name="model",
+            start_time=1.0 + n,
+            prompt_token_ids=ids,
+            completion_token_ids=None if ids is None else [9],
+        )
+
+    episode = build_episode(trace, [root, gen(1, [1]), gen(2, [1, 9, 2])], [])
+    assert (episode.prompt_token_ids, episode.completion_token_ids) == ([1, 9, 2], [9])
+    assert build_episode(trace, [root, gen(1, None)], []).prompt_token_ids is None

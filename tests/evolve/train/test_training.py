@@ -144,6 +144,12 @@ def test_rows_fully_masked_by_truncation_are_dropped(tiny_base: str, tmp_path: P
     assert all(1 in r["assistant_masks"] for r in kept)
     kept, dropped = tokenize_sft(sft_rows()[:3], tok, max_length=20)  # prompt only
     assert kept == [] and dropped == 3
+    kept, dropped = tokenize_sft(sft_rows()[:3], tok, max_length=4096, drop_overlong=True)
+    full = len(kept[0]["input_ids"])
+    cut, _ = tokenize_sft(sft_rows()[:1], tok, max_length=full - 2)
+    assert len(cut[0]["input_ids"]) == full - 2  # cut: the end of the conversation is lost
+    kept, dropped = tokenize_sft(sft_rows()[:1], tok, max_length=full - 2, drop_overlong=True)
+    assert kept == [] and dropped == 1  # dropped instead of trained without its end
     ids_row = {"prompt_token_ids": [5, 6, 7], "completion_token_ids": [8, 9]}
     kept, _ = tokenize_sft([ids_row], tok, max_length=100)  # server ids used as they are
     assert kept == [{"input_ids": [5, 6, 7, 8, 9], "assistant_masks": [0, 0, 0, 1, 1]}]

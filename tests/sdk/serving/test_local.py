@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+from typing import Any
 
 import pytest
-from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.tools import tool
 
 from evoharness.harness import ConfigError
@@ -127,3 +129,91 @@ def test_tools_are_rendered_by_the_chat_template(served: tuple[str, str, str]) -
     assert "<tools>" in prompt and '"name": "add"' in prompt
     chat = to_chat([reply, HumanMessage("x")])
     assert chat[0]["role"] == "assistant" and json.dumps(chat)
+
+
+def test_to_chat_canonical_args_and_malformed_replies_as_written() -> None:
+    from evoharness.harness.control.reply_check import MALFORMED_KEY
+
+    ok = AIMessage(
+        content="",
+        tool_calls=[{"name": "f", "args": {"b": 1, "a": {"z": 0, "y": 1}}, "id": "c1"}],
+    )
+    raw = '<tool_call>\n{"name": "f", "arguments": {"a": }\n</tool_call>'
+    broken = AIMessage(
+        content="",
+        tool_calls=[{"name": "f", "args": {}, "id": "c2"}],  # the harness's converted call
+        response_metadata={MALFORMED_KEY: [{"id": "c2"}], "raw_text": raw + "\n"},
+    )
+    chat = to_chat([ok, broken])
+    args = chat[0]["tool_calls"][0]["function"]["arguments"]
+    assert json.dumps(args) == '{"a": {"y": 1, "z": 0}, "b": 1}'  # sorted, as traces store
+    assert chat[1] == {"role": "assistant", "content": raw}  # no empty-argument call
+
+
+class _TextPool:
+    """A pool stand-in that answers with fixed completion texts and records the chats."""
+
+    base_model = "text"
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+        self.chats: list[list[dict[str, Any]]] = []
+
+    def generate(
+        self, messages: list[dict[str, Any]], **_: Any
+    ) -> tuple[str, list[int], list[int]]:
+        self.chats.append(messages)
+        return self.texts[len(self.chats) - 1], [1], [2]
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_a_malformed_call_is_retried_seeing_what_was_written(mode: str) -> None:
+    from langchain.agents import create_agent
+
+    from evoharness.harness import ReplyCheckMiddleware
+    from evoharness.sdk.serving.local import LocalChatModel
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    broken = '<tool_call>\n{"name": "add", "arguments": {"a": 2 "b": 2}}\n</tool_call>'
+    pool = _TextPool(
+        [broken, '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 2}}\n</tool_call>', "4"]
+    )
+    agent = create_agent(
+        LocalChatModel(pool=pool), [add], middleware=[ReplyCheckMiddleware(terminal_tool=None)]
+    )
+    request = {"messages": [HumanMessage("2+2?")]}
+    out = agent.invoke(request) if mode == "invoke" else asyncio.run(agent.ainvoke(request))
+    assert out["messages"][-1].content == "4"
+    second = pool.chats[1]
+    assert second[1] == {"role": "assistant", "content": broken}
+    assert "could not be parsed" in second[2]["content"]
+    assert all("tool_calls" not in m for m in second)  # no call with empty arguments shown
+
+
+def test_prefix_cache_gives_the_same_completion_with_fewer_prefilled_tokens(
+    served: tuple[str, str, str],
+) -> None:
+    from evoharness.sdk.serving.local import AdapterPool
+
+    first = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]
+    pools = [AdapterPool(served[0], dtype="float32", threads=1, prefix_cache=n) for n in (4, 0)]
+    pools[0].load("p-v1", served[1])
+    replies = []
+    for pool in pools:
+        chat = list(first)
+        texts = []
+        for version in (BASE, BASE, "p-v1", BASE):
+            if version != BASE and version not in pool.adapters:
+                pool.load(version, served[1])
+            text, prompt, completion = pool.generate(chat, version=version, max_new_tokens=5)
+            texts.append((text, prompt, completion))
+            chat += [{"role": "assistant", "content": text}, {"role": "user", "content": "more"}]
+        replies.append(texts)
+    cached, plain = pools
+    assert replies[0] == replies[1]  # caching changes cost, never the tokens
+    assert cached.prefill_tokens < plain.prefill_tokens
+    assert plain.prefill_tokens == sum(len(p) for _, p, _ in replies[1])

@@ -261,6 +261,7 @@ class RedisBreakerBackend:
             return local()
 
     def _degrade(self, exc: BaseException) -> None:
+        kept_open: list[str] | None = None
         with self._lock:
             if self._degraded_at is None:
                 self._degraded_at = time.monotonic()
@@ -270,12 +271,16 @@ class RedisBreakerBackend:
                 for key, until in self._open_until.items():
                     local.force_open(key, max(0.0, until - now))
                 self._local = local
-                self._emit(
-                    "breaker_backend_degraded",
-                    error=f"{type(exc).__name__}: {exc}"[:300],
-                    kept_open=sorted(self._open_until),
-                )
+                kept_open = sorted(self._open_until)
             self._next_try = time.monotonic() + self.retry_interval_s
+        # emitted after the lock is released: a listener runs arbitrary code (it may call
+        # this backend, or block on I/O) and must neither deadlock nor stall other callers
+        if kept_open is not None:
+            self._emit(
+                "breaker_backend_degraded",
+                error=f"{type(exc).__name__}: {exc}"[:300],
+                kept_open=kept_open,
+            )
 
     def _start_resync(self) -> None:
         with self._lock:

@@ -597,9 +597,12 @@ class EvoAgent:
         **kw: Any,
     ) -> list[Any]:
         """:meth:`invoke` over several inputs in worker threads (each its own session unless
-        ``thread_ids`` says otherwise); results in input order."""
-        users = list(user_ids) if user_ids is not None else [None] * len(payloads)
-        threads = list(thread_ids) if thread_ids is not None else [None] * len(payloads)
+        ``thread_ids`` says otherwise); results in input order.
+
+        Raises:
+            ConfigError: ``user_ids`` or ``thread_ids`` is not one per input.
+        """
+        users, threads = _per_input(payloads, user_ids=user_ids, thread_ids=thread_ids)
 
         def one(i: int) -> Any:
             try:
@@ -626,8 +629,7 @@ class EvoAgent:
         **kw: Any,
     ) -> list[Any]:
         """Async twin of :meth:`batch` (at most ``max_concurrency`` runs at a time)."""
-        users = list(user_ids) if user_ids is not None else [None] * len(payloads)
-        threads = list(thread_ids) if thread_ids is not None else [None] * len(payloads)
+        users, threads = _per_input(payloads, user_ids=user_ids, thread_ids=thread_ids)
         gate = asyncio.Semaphore(max(1, max_concurrency))
 
         async def one(i: int) -> Any:
@@ -639,6 +641,27 @@ class EvoAgent:
                 *(one(i) for i in range(len(payloads))), return_exceptions=return_exceptions
             )
         )
+
+
+def _per_input(
+    payloads: Sequence[Any],
+    **ids: Sequence[str | None] | None,
+) -> list[list[str | None]]:
+    """Each per-input id list (``None``: no id for any input), checked to be one per input:
+    zipping lists of different lengths would run inputs under another input's user or
+    thread, or drop inputs silently."""
+    n = len(payloads)
+    out: list[list[str | None]] = []
+    for field, given in ids.items():
+        values = list(given) if given is not None else [None] * n
+        if len(values) != n:
+            raise ConfigError(
+                f"batch got {n} inputs but {len(values)} {field}; pass one per input, in "
+                f"input order (None for an input without one), or leave {field} out",
+                field=field,
+            )
+        out.append(values)
+    return out
 
 
 def _stack(

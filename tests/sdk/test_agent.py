@@ -285,3 +285,29 @@ def test_a_session_that_cannot_render_its_arm_is_not_counted_in_the_arm(
     (t,) = traces(store)
     assert t.rollout_arm is None and "experiment_id" not in t.metadata
     assert "prompt variable 'name'" in t.metadata["prompt_fallback"]
+
+
+@pytest.mark.parametrize("how", ["batch", "abatch"])
+@pytest.mark.parametrize(
+    ("field", "ids"), [("user_ids", ["u1", "u2"]), ("thread_ids", ["t1", "t2", "t3", "t4"])]
+)
+async def test_batch_refuses_per_item_ids_of_another_length(
+    store: TraceStore, how: str, field: str, ids: list[str]
+) -> None:
+    calls: list[str] = []
+
+    def policy(messages: list[BaseMessage]) -> str:
+        calls.append(str(messages[-1].content))
+        return "ok"
+
+    agent = create_evo_agent(ScriptedChatModel(policy=policy), tracer=Tracer(store))
+    expected = rf"3 inputs but {len(ids)} {field}"
+    if how == "batch":
+        with pytest.raises(ConfigError, match=expected) as info:
+            agent.batch(["a", "b", "c"], **{field: ids})
+    else:
+        with pytest.raises(ConfigError, match=expected) as info:
+            await agent.abatch(["a", "b", "c"], **{field: ids})
+    assert info.value.field == field
+    assert "one per input" in str(info.value)  # says how to fix it
+    assert calls == [] and traces(store) == []  # nothing ran: no partial batch

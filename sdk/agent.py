@@ -653,7 +653,7 @@ def _per_input(
     n = len(payloads)
     out: list[list[str | None]] = []
     for field, given in ids.items():
-        values = list(given) if given is not None else [None] * n
+        values: list[str | None] = list(given) if given is not None else [None] * n
         if len(values) != n:
             raise ConfigError(
                 f"batch got {n} inputs but {len(values)} {field}; pass one per input, in "

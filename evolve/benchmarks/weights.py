@@ -31,7 +31,6 @@ trl_tokens_per_s=…``.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -264,6 +263,14 @@ def compare_throughput(
     return ours.tokens_per_s, trl_tps
 
 
+def default_workdir() -> Path:
+    """Where the bench keeps its traces, datasets, runs and registry between runs
+    (``~/.cache/evoharness/bench-weights``): training runs are fingerprinted, so a rerun
+    with the same config and data reuses them and only evaluates again. Delete it to start
+    over."""
+    return Path.home() / ".cache" / "evoharness" / "bench-weights"
+
+
 def task_table(reference: dict[str, int], evals: dict[str, list[TaskRow]]) -> list[str]:
     """Per-task lines: reference length, then per version ``OK|no score tools_ok/calls
     valid/replies``."""
@@ -295,9 +302,9 @@ def run(
     """Run the benchmark and print the comparison; the last line is machine-readable."""
     quiet_threads(2)
     _quiet_libraries()
-    tmp = tempfile.TemporaryDirectory(prefix="evo-weights-") if workdir is None else None
-    work = Path(tmp.name) if tmp is not None else Path(workdir or ".")
+    work = Path(workdir) if workdir is not None else default_workdir()
     work.mkdir(parents=True, exist_ok=True)
+    store = TraceStore(work / "traces.db")
     try:
         env = load_environment(env_name, faults="none")
         val, reference = fixed_subset(env, "val", val_tasks)
@@ -308,7 +315,6 @@ def run(
             "calls), SmolLM2-135M on CPU"
         )
 
-        store = TraceStore(work / "traces.db")
         source = LocalTraceSource(store)
         where = EpisodeFilter(tags=["weights-bench"])
         if next(iter(source.episodes(where)), None) is None:
@@ -486,7 +492,6 @@ def run(
         echo(
             f"  throughput ({throughput_steps} steps each): ours {ours_tps:.0f}, TRL {trl_tps:.0f}"
         )
-        store.close(10)
         registry.close()
         out = {
             "base_success": sum(r.success for r in base_results) / len(val),
@@ -500,5 +505,4 @@ def run(
         echo(" ".join(f"{k}={v:.3f}" if v < 10 else f"{k}={v:.0f}" for k, v in out.items()))
         return out
     finally:
-        if tmp is not None:
-            tmp.cleanup()
+        store.close(10)

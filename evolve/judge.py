@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from evoharness.evolve._json import extract_json
 from evoharness.evolve.rubric import ItemResult as ItemResult
-from evoharness.evolve.rubric import Rubric
+from evoharness.evolve.rubric import Priority, Rubric
 from evoharness.evolve.signals import check_signals
 from evoharness.evolve.traces import Episode
 from evoharness.harness.errors import RunError
@@ -60,6 +60,35 @@ class Verdict(BaseModel):
     def decided(self) -> bool:
         """Whether task success was decided either way."""
         return self.success is not None
+
+
+P2_FAIL_BELOW = 3.5
+"""A P2 quality item scored below this, on the judges' 1-5 scale, failed.
+
+3 is "acceptable" and 4 "good" on that scale; 3.5 sits between them, where the router's
+preference pool starts (:class:`~evoharness.evolve.routing.RouteConfig`'s
+``low_quality_p2``). Layer routing and prompt clustering count a P2 item as failed at the
+same cut, so every case in the preference pool is a P2 failure to them as well."""
+
+
+def failed_items(
+    verdict: Mapping[str, Any], *, p2_below: float = P2_FAIL_BELOW
+) -> list[tuple[str, Priority]]:
+    """``(item, priority)`` of what a verdict (as stored: ``Verdict.model_dump()``) failed.
+
+    The P0 and P1 items that failed, then the P2 items scored below ``p2_below``, each once,
+    in that order. The one definition of "failed" that layer routing
+    (:func:`~evoharness.evolve.layers.build_clusters`) and prompt clusters
+    (:func:`~evoharness.evolve.prompting.cluster_bad_cases`) share.
+    """
+    out: list[tuple[str, Priority]] = [(str(i), "P0") for i in verdict.get("p0_failures") or []]
+    out += [(str(i), "P1") for i in verdict.get("p1_failures") or []]
+    out += [
+        (str(k), "P2")
+        for k, v in (verdict.get("p2") or {}).items()
+        if isinstance(v, int | float) and v < p2_below
+    ]
+    return list(dict.fromkeys(out))
 
 
 class JudgeFailure(RunError):

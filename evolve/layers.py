@@ -37,6 +37,7 @@ from pydantic import BaseModel, Field
 
 from evoharness.evolve.curation import default_pattern
 from evoharness.evolve.environment import EvolveEnvironment, lesson_hints_of
+from evoharness.evolve.judge import P2_FAIL_BELOW, failed_items
 from evoharness.evolve.memory import MemoryEntry
 from evoharness.evolve.monitor import Finding, read_findings
 from evoharness.evolve.routing import ROUTES
@@ -62,7 +63,7 @@ class LayerConfig(BaseModel):
     systemic_patterns: int = Field(3, ge=2, description="Patterns failing one item: prompt")
     min_after: int = Field(3, ge=1, description="Runs after a memory version to judge it")
     fixed_ratio: float = Field(0.5, ge=0.0, le=1.0, description="Rate after/before: fixed")
-    low_p2: float = Field(3.5, ge=1.0, le=5.0, description="A P2 item below this failed")
+    low_p2: float = Field(P2_FAIL_BELOW, ge=1.0, le=5.0, description="A P2 item below this failed")
     guard_items: frozenset[str] = frozenset({"leaked_secret"})
 
 
@@ -130,16 +131,11 @@ class LayerDecision(BaseModel):
 def _failed_items(
     verdict: Mapping[str, Any], low_p2: float
 ) -> list[tuple[str, Literal["P0", "P1", "P2"]]]:
-    out: list[tuple[str, Literal["P0", "P1", "P2"]]] = [
-        (i, "P0") for i in verdict.get("p0_failures") or []
+    """:func:`~evoharness.evolve.judge.failed_items`, P2 items named ``p2:<item>``."""
+    return [
+        (f"p2:{item}" if priority == "P2" else item, priority)
+        for item, priority in failed_items(verdict, p2_below=low_p2)
     ]
-    out += [(i, "P1") for i in verdict.get("p1_failures") or []]
-    out += [
-        (f"p2:{k}", "P2")
-        for k, v in (verdict.get("p2") or {}).items()
-        if isinstance(v, int | float) and v < low_p2
-    ]
-    return out
 
 
 def _key_of(case_key: CaseKey | None) -> Callable[[Mapping[str, Any]], str]:

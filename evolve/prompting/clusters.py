@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from evoharness.evolve.judge import P2_FAIL_BELOW, failed_items
+
 __all__ = ["BadCase", "BadCaseCluster", "cluster_bad_cases", "failed_items"]
 
 CaseKey = Callable[[str, Mapping[str, Any]], str]
@@ -63,16 +65,6 @@ class BadCaseCluster(BaseModel):
         return list(dict.fromkeys(c.task_id for c in self.cases if c.task_id))
 
 
-def failed_items(verdict: Mapping[str, Any], *, p2_below: float = 3.0) -> list[tuple[str, str]]:
-    """``(item, priority)`` of the P1 items a verdict failed and its P2 items scored below
-    ``p2_below`` (on the 1-5 scale)."""
-    out = [(i, "P1") for i in verdict.get("p1_failures", [])]
-    for it in verdict.get("items", []):
-        if it.get("priority") == "P2" and it.get("score") is not None and it["score"] < p2_below:
-            out.append((str(it["id"]), "P2"))
-    return list(dict.fromkeys(out))
-
-
 def _call_text(call: Mapping[str, Any]) -> str:
     args = ", ".join(f"{k}={v!r}" for k, v in sorted(dict(call.get("args") or {}).items()))
     mark = "!" if call.get("error") else ""
@@ -86,7 +78,7 @@ def cluster_bad_cases(
     hints: Mapping[str, str] | None = None,
     priorities: Sequence[str] = ("P1", "P2"),
     min_size: int = 2,
-    p2_below: float = 3.0,
+    p2_below: float = P2_FAIL_BELOW,
 ) -> list[BadCaseCluster]:
     """Group diagnosis packages (evolve's routed cases) by failed rubric item and pattern.
 
@@ -98,7 +90,8 @@ def cluster_bad_cases(
         priorities: Which priorities to cluster (P0s are the guard-rule layer's).
         min_size: Smallest cluster returned; an item's pattern groups smaller than this
             are pooled into one cluster of that item with pattern ``*``.
-        p2_below: A P2 item scored below this counts as failed.
+        p2_below: A P2 item scored below this counts as failed (default: the cut layer
+            routing and the router's preference pool use, on the 1-5 scale).
 
     Returns:
         Clusters, largest first (ties by key).

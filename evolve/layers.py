@@ -250,8 +250,9 @@ def decide_layers(
             query's first content words.
         hints: Rubric item -> the lesson text curation writes for it (to tell which lesson
             targets which item; without it any lesson on the pattern counts).
-        prompt_versions: Trace id -> prompt version the run used (to tell whether a prompt
-            change was already tried).
+        prompt_versions: Trace id -> prompt version the run used, for packages that do not
+            carry their own ``prompt_version`` (routed before packages stored it). A
+            package's own version wins: it is the one that run actually used.
         config: Thresholds.
 
     Returns:
@@ -261,6 +262,14 @@ def decide_layers(
     pkgs = _dedupe(packages)
     key = _key_of(case_key)
     times = {str(p["trace_id"]): float(p.get("start_time") or 0.0) for p in pkgs}
+    # which prompt version each run used: recorded in its package (the whole history), else
+    # what the caller knows (this batch) for packages routed before packages stored it
+    ran_with: dict[str, str] = {
+        str(t): str(v) for t, v in (prompt_versions or {}).items() if v is not None
+    }
+    ran_with.update(
+        {str(p["trace_id"]): str(p["prompt_version"]) for p in pkgs if p.get("prompt_version")}
+    )
     by_pattern: dict[str, list[float]] = defaultdict(list)
     for p in pkgs:
         by_pattern[key(p)].append(float(p.get("start_time") or 0.0))
@@ -358,11 +367,7 @@ def decide_layers(
                 **memory_extra,
             )
             continue
-        prompts = {
-            v
-            for t in cl.failures
-            if prompt_versions is not None and (v := prompt_versions.get(t)) is not None
-        }
+        prompts = {v for t in cl.failures if (v := ran_with.get(t)) is not None}
         if tried and len(prompts) >= 2:
             dataset: Literal["sft", "dpo"] = "dpo" if cl.priority == "P2" else "sft"
             note = f"; {stale[0].message}" if stale and dataset == "dpo" else ""
@@ -444,8 +449,9 @@ def decide_for_cycle(
     Reads every pool of ``state`` (the whole history: a pattern's failure rate before and
     after a memory version needs it), the monitor's latest findings from ``source``, the
     memory history from ``registry`` (``memory/<memory_name>``), the case key and lesson
-    hints of ``env``, and the prompt version of each of ``episodes``; records the decisions
-    in ``registry`` when ``record`` is set.
+    hints of ``env``; the prompt version each run used comes from its package, and from
+    ``episodes`` for packages routed before packages stored it. Records the decisions in
+    ``registry`` when ``record`` is set.
     """
     packages = [p for route in ROUTES for p in state.pool(route)]
     decisions = decide_layers(

@@ -50,6 +50,8 @@ class DiagnosisPackage(BaseModel):
     start_time: float = 0.0
     metadata: dict[str, Any] = Field(default_factory=dict)
     session_id: str | None = None
+    prompt_version: str | None = None
+    """The prompt version the run used (layer routing reads it across cycles)."""
 
 
 def routes_for(verdict: Verdict, config: RouteConfig | None = None) -> list[str]:
@@ -93,6 +95,7 @@ def package(episode: Episode, verdict: Verdict, routes: list[str]) -> DiagnosisP
         start_time=episode.start_time,
         metadata=episode.metadata,
         session_id=episode.session_id,
+        prompt_version=episode.prompt_version,
     )
 
 

@@ -15,6 +15,7 @@ from evoharness.evolve.environment import (
     build_proposer,
     build_rubrics,
 )
+from evoharness.evolve.judge import verdict_from
 from evoharness.evolve.layers import (
     DECISIONS_KIND,
     LayerConfig,
@@ -30,6 +31,7 @@ from evoharness.evolve.layers import (
 )
 from evoharness.evolve.memory import MemoryEntry, MemoryStore
 from evoharness.evolve.monitor import Finding, record_findings
+from evoharness.evolve.routing import package
 from evoharness.evolve.rubric import ItemResult, Rubric, RubricItem
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import Episode, LocalTraceSource
@@ -320,4 +322,62 @@ def test_run_cycle_decides_layers_and_skips_monitor_runs(tmp_path: Path) -> None
     state.close()
     memory.close()
     store.close()
+    reg.close()
+
+
+def with_versions(pkgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The packages as the router writes them now: each with the prompt version it ran."""
+    return [{**p, "prompt_version": "1" if p["start_time"] < T0 + 105 else "2"} for p in pkgs]
+
+
+def test_prompt_versions_come_from_the_packages_not_the_batch() -> None:
+    pkgs = with_versions(history_packages(fail_after=7))
+    mem = memory_at(T0 + 50)
+    # no batch mapping at all: the pools alone show failures under prompt v1 and v2
+    (w,) = decide_layers(pkgs, case_key=key, memory=mem)
+    assert (w.layer, w.action, w.dataset) == ("weights", "training_dataset", "sft")
+    assert "prompt versions 1, 2" in w.reason
+    # a batch that only saw v2 neither hides v1 nor relabels the runs that ran under it
+    batch = {p["trace_id"]: "2" for p in pkgs[-3:]}
+    (again,) = decide_layers(pkgs, case_key=key, memory=mem, prompt_versions=batch)
+    assert again.action == "training_dataset" and "prompt versions 1, 2" in again.reason
+    # packages routed before the field existed fall back to the batch's versions
+    old = [{k: v for k, v in p.items() if k != "prompt_version"} for p in pkgs]
+    (p,) = decide_layers(old, case_key=key, memory=mem, prompt_versions=batch)
+    assert p.action == "prompt_proposal"
+
+
+def test_the_router_stores_the_prompt_version_each_run_used() -> None:
+    episode = Episode(trace_id="a" * 32, run_id="r", query="tokyo shoes", prompt_version="7")
+    rubric = Rubric(query_hash="q", version="test", items=[])
+    verdict = verdict_from(episode.trace_id, rubric, [], judge="rule")
+    assert package(episode, verdict, ["undecided"]).model_dump()["prompt_version"] == "7"
+
+
+def test_decide_for_cycle_uses_the_versions_in_the_pools(tmp_path: Path) -> None:
+    reg = open_registry(tmp_path / "registry.db")
+    lesson = MemoryEntry(
+        kind="lesson", query_pattern="tokyo shoes", summary=HINT, avoid_hints=[HINT]
+    )
+    reg.promote(
+        "memory", "default", reg.publish("memory", "default", [lesson.model_dump()]).version
+    )
+    (live,) = memory_history(reg)
+    # 10 runs under prompt v1 before the lesson went live (8 failed), 10 under v2 after (7)
+    pkgs = [
+        {**p, "start_time": live.active_since + (p["start_time"] - T0 - 50) * 10}
+        for p in with_versions(history_packages(fail_after=7))
+    ]
+    state = EvolveState(tmp_path / "evolve.db")
+    state.add_routes(
+        [
+            (p["trace_id"], "lesson_candidate" if p["verdict"]["p1_failures"] else "sft", p)
+            for p in pkgs
+        ]
+    )
+    env = EnvironmentPlugin("x", case_key=key, lesson_hints={"skipped_shipping": HINT})
+    # this cycle's batch holds none of those runs: the versions must come from the pools
+    (d,) = decide_for_cycle(state, env=env, registry=reg, episodes=[], record=False)
+    assert (d.action, d.memory_version) == ("training_dataset", live.version)
+    state.close()
     reg.close()

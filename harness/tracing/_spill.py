@@ -28,6 +28,13 @@ log = logging.getLogger("evoharness.tracing")
 
 Item = tuple[str, dict[str, Any]]
 """A queued record: its kind and the record."""
+
+
+class SpillReadError(OSError):
+    """A claimed spill file exists but cannot be read (the file's fault, not the
+    database's: counted against the file, which is quarantined if it persists)."""
+
+
 DEAD_SQL = "INSERT INTO dead_letter(kind, body, error, at) VALUES (?,?,?,?)"
 
 
@@ -138,6 +145,8 @@ class SpillFile:
                 text = fh.read()
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise SpillReadError(f"cannot read {path.name}: {exc}") from exc
         good: list[Item] = []
         bad: list[tuple[str, str]] = []
         for line in text.split("\n"):

@@ -11,6 +11,7 @@ record is counted (:meth:`TraceWriter.accounting`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -27,13 +28,28 @@ from pydantic import ValidationError
 
 from evoharness.harness.events import EventLog
 from evoharness.harness.tracing._records import Cached, RecordPreparer, encode
-from evoharness.harness.tracing._spill import DEAD_SQL, Item, SpillFile, dead_row
+from evoharness.harness.tracing._spill import (
+    DEAD_SQL,
+    Item,
+    SpillFile,
+    SpillReadError,
+    dead_row,
+)
 from evoharness.harness.tracing._tables import TABLES, close_stale, connect, storage_error
 
 log = logging.getLogger("evoharness.tracing")
 
 FullPolicy = Literal["block", "spill"]
 _IDLE_MIN_S, _IDLE_MAX_S = 0.05, 0.5  # the idle writer's poll interval (spill, stale runs)
+
+
+def _in_loop() -> bool:
+    """Whether this thread is running an asyncio event loop (``put`` from async code)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 @dataclass
@@ -59,6 +75,7 @@ class WriterSettings:
     stale_after_s: float
     stale_check_s: float
     max_backoff_s: float
+    ingest_attempts: int = 5
 
 
 class TraceWriter:
@@ -101,6 +118,7 @@ class TraceWriter:
         self.ingesting = False
         self._overflow = False
         self._retry: list[Item] = []
+        self._ingest_failures: dict[Path, tuple[int, float]] = {}  # attempts, next try
         self._next_probe = 0.0
         self._backoff = 0.05
         self._started = time.time()
@@ -114,6 +132,7 @@ class TraceWriter:
             "ingested": 0,
             "spill_dead": 0,
             "quarantined": 0,
+            "spill_files_quarantined": 0,
             "closed_stale": 0,
         }
 
@@ -129,7 +148,8 @@ class TraceWriter:
             self.queue.put_nowait(item)
             return
         except queue.Full:
-            if self.settings.full_policy == "block" and not self._overflow:
+            # never wait on a thread that runs an event loop: it would stall every task
+            if self.settings.full_policy == "block" and not self._overflow and not _in_loop():
                 try:
                     self.queue.put(item, timeout=self.settings.block_timeout_s)
                     return
@@ -358,27 +378,40 @@ class TraceWriter:
         """Store spilled records; files claimed by a writer that died are picked up too.
 
         A line that is not a whole record (a process was killed mid-append) is
-        quarantined in ``dead_letter`` (masked) and the rest is stored.
+        quarantined in ``dead_letter`` (masked) and the rest is stored. A file whose
+        ingestion keeps failing for a reason other than the database's storage (a record
+        the writer cannot handle, an unreadable file) is retried with backoff and, at the
+        ``ingest_attempts``-th try, quarantined (:meth:`_quarantine_file`), so the writer
+        moves on.
         """
         if not self.spill.waiting():
             return
         self.ingesting = True
         try:
+            now = time.monotonic()
             for path in self.spill.claim():
-                found = self.spill.read(path)
-                if found is None:
-                    continue  # another process ingested it
-                good, bad = found
-                stored = dead = 0
-                size = self.settings.batch_size
-                for i in range(0, len(good), size):
-                    s_, d_ = self._write(conn, good[i : i + size])  # idempotent
-                    stored, dead = stored + s_, dead + d_
-                self.spill.quarantine(conn, bad)
-                self.stats["ingested"] += stored
-                self.stats["spill_dead"] += dead
-                self.stats["quarantined"] += len(bad)
-                path.unlink(missing_ok=True)
+                failures, due = self._ingest_failures.get(path, (0, 0.0))
+                if now < due:
+                    continue  # backing off after a failed attempt
+                try:
+                    if failures + 1 >= self.settings.ingest_attempts:
+                        self._quarantine_file(conn, path)
+                    else:
+                        self._ingest_file(conn, path)
+                    self._ingest_failures.pop(path, None)
+                except Exception as exc:
+                    self._rollback(conn)
+                    if storage_error(exc) and not isinstance(exc, SpillReadError):
+                        raise  # the database's fault, not the file's: the writer is sick
+                    wait = min(0.05 * 2**failures, self.settings.max_backoff_s)
+                    self._ingest_failures[path] = (failures + 1, time.monotonic() + wait)
+                    log.warning(
+                        "spill file %s failed to ingest (attempt %d of %d): %r",
+                        path.name,
+                        failures + 1,
+                        self.settings.ingest_attempts,
+                        exc,
+                    )
             self._recover()
         except Exception as exc:
             self._rollback(conn)
@@ -388,6 +421,55 @@ class TraceWriter:
                 log.warning("spill ingestion failed: %r", exc)
         finally:
             self.ingesting = False
+
+    def _ingest_file(self, conn: sqlite3.Connection, path: Path) -> None:
+        found = self.spill.read(path)
+        if found is None:
+            return  # another process ingested it
+        good, bad = found
+        stored = dead = 0
+        size = self.settings.batch_size
+        for i in range(0, len(good), size):
+            s_, d_ = self._write(conn, good[i : i + size])  # idempotent
+            stored, dead = stored + s_, dead + d_
+        self.spill.quarantine(conn, bad)
+        self.stats["ingested"] += stored
+        self.stats["spill_dead"] += dead
+        self.stats["quarantined"] += len(bad)
+        path.unlink(missing_ok=True)
+
+    def _quarantine_file(self, conn: sqlite3.Connection, path: Path) -> None:
+        """The last try for a file that kept failing: each record on its own, the ones
+        that still fail dead-lettered with their error (masked); a file that cannot be read
+        is renamed ``*.dead`` (no longer picked up) and noted in ``dead_letter``."""
+        try:
+            found = self.spill.read(path)
+        except SpillReadError as exc:
+            aside = path.with_name(path.name + ".dead")
+            path.rename(aside)
+            conn.execute(DEAD_SQL, dead_row(self.masker, ("spill_file", str(aside)), exc))
+            self.stats["spill_files_quarantined"] += 1
+            log.error("spill file %s cannot be read (%r); moved to %s", path, exc, aside.name)
+            return
+        if found is None:
+            return
+        good, bad = found
+        for item in good:
+            try:
+                stored, dead = self._write(conn, [item])
+                self.stats["ingested"] += stored
+                self.stats["spill_dead"] += dead
+            except Exception as exc:
+                self._rollback(conn)
+                if storage_error(exc):
+                    raise
+                conn.execute(DEAD_SQL, dead_row(self.masker, item, exc))
+                self.stats["spill_dead"] += 1
+        self.spill.quarantine(conn, bad)
+        self.stats["quarantined"] += len(bad)
+        self.stats["spill_files_quarantined"] += 1
+        path.unlink(missing_ok=True)
+        log.error("spill file %s kept failing to ingest: quarantined record by record", path.name)
 
     # -- health ----------------------------------------------------------------------------
     @staticmethod
@@ -464,17 +546,29 @@ class TraceWriter:
     # -- lifecycle -------------------------------------------------------------------------
     def wait_stored(self, timeout: float) -> bool:
         """Wait until everything enqueued so far is stored (spill files included);
-        ``False`` on timeout. The writer stops lingering meanwhile."""
+        ``False`` on timeout. The writer stops lingering meanwhile.
+
+        Waits on the queue's own condition (the writer's ``task_done`` wakes it when the
+        queue drains) instead of polling: a flush costs the caller no CPU while the
+        writer works. Spill files are polled (the idle writer ingests them)."""
         deadline = time.monotonic() + timeout
+        done = self.queue.all_tasks_done
         self.hurry.set()
         try:
-            while self.queue.unfinished_tasks or self.spill.pending() or self.ingesting:
-                if self.thread is None:
+            while True:
+                if self.thread is None and (self.queue.unfinished_tasks or self.spill.pending()):
                     self._start()
+                with done:
+                    while self.queue.unfinished_tasks:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            return False
+                        done.wait(left)
+                if not (self.ingesting or self.spill.pending()):
+                    return True
                 if time.monotonic() > deadline:
                     return False
                 time.sleep(0.005)
-            return True
         finally:
             self.hurry.clear()
 

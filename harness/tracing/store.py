@@ -87,7 +87,8 @@ class TraceStore(TraceReader):
             agent needs: a 50-round zero-latency run commits about twice instead of every
             few rounds). Records are durable at most this much later; :meth:`flush` and
             :meth:`close` cut the wait short.
-        full_policy: What a producer does when the queue is full.
+        full_policy: What a producer does when the queue is full (``block`` waits only
+            on threads without a running event loop; async code spills at once).
         block_timeout_s: How long ``block`` waits, once per overflow, before spilling (the
             hot path's worst case; later writes spill without waiting until the queue is
             half empty again).
@@ -98,6 +99,11 @@ class TraceStore(TraceReader):
             ``stale_check_s`` while it runs.
         stale_check_s: How often the writer looks for stale ``running`` traces.
         max_backoff_s: Longest wait between probes while the database cannot be written.
+        ingest_attempts: How many times a spill file that fails to ingest (for a reason
+            other than the database's storage) is tried, with backoff, before it is
+            quarantined: its records are stored one by one and those that still fail go to
+            ``dead_letter`` (counted as ``spill_dead``; ``spill_files_quarantined`` counts
+            the files).
         events: Where the writer reports ``trace_writer_sick`` / ``trace_writer_recovered``.
     """
 
@@ -117,6 +123,7 @@ class TraceStore(TraceReader):
         stale_after_s: float = 3600.0,
         stale_check_s: float = 300.0,
         max_backoff_s: float = 5.0,
+        ingest_attempts: int = 5,
         events: EventLog | None = None,
     ) -> None:
         if full_policy not in ("block", "spill"):
@@ -135,6 +142,7 @@ class TraceStore(TraceReader):
             stale_after_s=stale_after_s,
             stale_check_s=stale_check_s,
             max_backoff_s=max_backoff_s,
+            ingest_attempts=ingest_attempts,
         )
         self._writer = TraceWriter(
             self.path,
@@ -184,7 +192,9 @@ class TraceStore(TraceReader):
 
         Cost: a queue append. When the queue is full, ``block`` waits once (at most
         ``block_timeout_s``) and from then on every write spills (a masked JSON line
-        appended to the spill file) until the writer has drained half the queue.
+        appended to the spill file) until the writer has drained half the queue. Called
+        from a thread that runs an event loop (async code), it never waits: a full queue
+        spills at once, so the loop is not stalled.
         """
         self._writer.enqueue((kind, record))
 

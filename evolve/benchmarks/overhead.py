@@ -122,6 +122,37 @@ def _config() -> HarnessConfig:
     return HarnessConfig(budget_tokens=10**9, breaker=BreakerConfig())
 
 
+PAYLOAD_TEXT = "lookup, price, stock and ship each item"
+"""The loop's request: on-topic, so the drift check stays quiet as it would for a healthy
+agent."""
+
+
+def build_agents(rounds: int, store: TraceStore | None = None) -> dict[str, Any]:
+    """The loop's agents on one scripted model: ``bare`` (plain ``create_agent``),
+    ``harness`` (the default stack), ``floor`` (one pass-through wrap middleware) and, with
+    a ``store``, ``traced`` (the default stack with tracing to that store). Shared by
+    :func:`run` and ``scripts/callgrind_overhead.py`` so both measure the same agents."""
+    tools = _tools()
+    model = ScriptedChatModel(policy=loop_policy(rounds))
+    agents: dict[str, Any] = {
+        "bare": create_agent(model, tools),
+        "harness": create_agent(model, tools, middleware=default_middleware(_config())),
+        # LangChain wraps every wrap_* hook in a traced layer, so any middleware that
+        # touches model and tool calls pays this much before doing any work
+        "floor": create_agent(model, tools, middleware=[_PassThrough()]),
+    }
+    if store is not None:
+        agents["traced"] = create_evo_agent(
+            model, tools, middleware=default_middleware(_config()), tracer=Tracer(store)
+        )
+    return agents
+
+
+def invoke_args(rounds: int) -> tuple[Any, RunnableConfig]:
+    """The payload and config of one loop run."""
+    return {"messages": [HumanMessage(PAYLOAD_TEXT)]}, {"recursion_limit": 20 * rounds}
+
+
 def breakdown(rounds: int = 50, reps: int = 10) -> dict[str, float]:
     """Microseconds per round each behaviour of the default stack spends in its own code
     (the inner handler's time excluded), measured inside a real agent run.
@@ -163,8 +194,7 @@ def breakdown(rounds: int = 50, reps: int = 10) -> dict[str, float]:
             if getattr(type(child), slot) is not getattr(AgentMiddleware, slot):
                 timed(child, slot)
     agent = create_agent(model, tools, middleware=[ComposedMiddleware(children)])
-    payload: Any = {"messages": [HumanMessage("lookup, price, stock and ship each item")]}
-    cfg: RunnableConfig = {"recursion_limit": 20 * rounds}
+    payload, cfg = invoke_args(rounds)
     agent.invoke(payload, cfg)
     spent.clear()
     for _ in range(reps):
@@ -202,8 +232,7 @@ def async_ratios(rounds: int = 50, reps: int = 15) -> dict[str, float]:
         "floor": create_agent(model, tools, middleware=[_APassThrough()]),
         "harness": create_agent(model, tools, middleware=default_middleware(_config())),
     }
-    payload: Any = {"messages": [HumanMessage("lookup, price, stock and ship each item")]}
-    cfg: RunnableConfig = {"recursion_limit": 20 * rounds}
+    payload, cfg = invoke_args(rounds)
 
     async def measure() -> dict[str, float]:
         for agent in agents.values():
@@ -244,22 +273,11 @@ def run(
     With ``detail``, also time the harness with tracing to a local store, and print what
     each behaviour costs per round (:func:`breakdown`).
     """
-    tools = _tools()
-    model = ScriptedChatModel(policy=loop_policy(rounds))
-    bare = create_agent(model, tools)
-    harnessed = create_agent(model, tools, middleware=default_middleware(_config()))
-    # The floor: one middleware that only passes both calls through. LangChain wraps every
-    # wrap_* hook in a traced layer, so any middleware that touches model and tool calls
-    # pays this much before doing any work.
-    floor = create_agent(model, tools, middleware=[_PassThrough()])
-    # an on-topic request: the drift check stays quiet, as it would for a healthy agent
-    payload: Any = {"messages": [HumanMessage("lookup, price, stock and ship each item")]}
-    cfg: RunnableConfig = {"recursion_limit": 20 * rounds}
     tmp = tempfile.TemporaryDirectory(prefix="evoharness-bench-")
     store = TraceStore(Path(tmp.name) / "traces.db")
-    traced = create_evo_agent(
-        model, tools, middleware=default_middleware(_config()), tracer=Tracer(store)
-    )
+    agents = build_agents(rounds, store)
+    bare, harnessed, floor, traced = (agents[k] for k in ("bare", "harness", "floor", "traced"))
+    payload, cfg = invoke_args(rounds)
     for agent in (bare, harnessed, floor):  # warm-up: compile caches, imports
         agent.invoke(payload, cfg)
     traced.invoke(payload, cfg)

@@ -1,0 +1,111 @@
+"""Instruction counts of the zero-latency overhead loop under callgrind.
+
+Measures what ``evoharness bench overhead --detail`` times, in instructions (unaffected by
+other load on the machine): the bare agent, the default harness, and the harness with
+tracing to a local store, each run ``rounds`` rounds. For each agent it runs two processes
+under ``valgrind --tool=callgrind`` — one that invokes the agent once and one that invokes
+it three times — and reports the difference, the cost of two steady-state runs (imports,
+agent construction and first-run warm-up cancel out). Every thread is counted; the traced
+agent's store is flushed after each run and closed before exit, so the writer's work is
+inside the count.
+
+Usage::
+
+    .venv/bin/python scripts/callgrind_overhead.py            # all three agents
+    .venv/bin/python scripts/callgrind_overhead.py --agents traced --keep out/
+    callgrind_annotate out/traced-3.out | head -60             # where the instructions go
+
+To compare two versions side by side, run it once per checkout (each with its own
+``PYTHONPATH`` view of the package) at the same time; instruction counts do not depend on
+load, but the two runs see the same inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+AGENTS = ("bare", "harness", "traced")
+
+
+def child(agent: str, runs: int, rounds: int) -> None:
+    """Build the loop's agents and invoke ``agent`` ``runs`` times (the measured process)."""
+    from evoharness.evolve.benchmarks.overhead import build_agents, invoke_args
+    from evoharness.harness.tracing import TraceStore
+
+    with tempfile.TemporaryDirectory(prefix="evoharness-callgrind-") as tmp:
+        store = TraceStore(Path(tmp) / "traces.db") if agent == "traced" else None
+        target = build_agents(rounds, store)[agent]
+        payload, cfg = invoke_args(rounds)
+        gc.freeze()  # as the bench does: collections scan only what a run allocates
+        for _ in range(runs):
+            target.invoke(payload, cfg)
+            if store is not None and not store.flush(600):
+                raise SystemExit("store did not flush")
+        if store is not None and not store.close(600):
+            raise SystemExit("store did not close cleanly")
+
+
+def count(agent: str, runs: int, rounds: int, out: Path) -> int:
+    """Total instructions (all threads) of one child process under callgrind."""
+    cmd = [
+        "valgrind",
+        "--tool=callgrind",
+        f"--callgrind-out-file={out}",
+        sys.executable,
+        __file__,
+        "--child",
+        agent,
+        "--runs",
+        str(runs),
+        "--rounds",
+        str(rounds),
+    ]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    text = out.read_text(errors="replace")
+    found = re.search(r"^(?:summary|totals): (\d+)", text, re.MULTILINE)
+    if found is None:
+        raise SystemExit(f"no instruction total in {out}")
+    return int(found.group(1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--agents", nargs="+", choices=AGENTS, default=list(AGENTS))
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--keep", type=Path, help="keep the callgrind files in this folder")
+    parser.add_argument("--child", choices=AGENTS, help=argparse.SUPPRESS)
+    parser.add_argument("--runs", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child, args.runs, args.rounds)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        totals: dict[str, int] = {}
+        for agent in args.agents:
+            one = count(agent, 1, args.rounds, folder / f"{agent}-1.out")
+            three = count(agent, 3, args.rounds, folder / f"{agent}-3.out")
+            totals[agent] = three - one
+            print(
+                f"{agent:8s} 1 run {one / 1e6:9.1f} M  3 runs {three / 1e6:9.1f} M  "
+                f"two runs {totals[agent] / 1e6:7.1f} M",
+                flush=True,
+            )
+    bare = totals.get("bare")
+    for agent, n in totals.items():
+        ratio = f" ({n / bare:.3f}x bare)" if bare else ""
+        print(f"{agent}: {n / 1e6:.1f} M instructions per two {args.rounds}-round runs{ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")  # same dict/set layouts in every process
+    sys.exit(main())

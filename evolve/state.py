@@ -141,13 +141,35 @@ class EvolveState:
                 ),
             )
 
-    def update_verdict(self, verdict: Verdict) -> None:
-        """Replace a stored verdict's content, keeping its judge key and fingerprint."""
+    def update_verdict(self, verdict: Verdict) -> bool:
+        """Set the relative score of a stored verdict, keeping its judge key and fingerprint.
+
+        ``verdict`` is a stored verdict with a new :attr:`~Verdict.relative`. When the trace
+        was re-graded since that verdict was read (a ranking that finished after a re-judge),
+        the update is refused and ``False`` returned: writing it would bring the old grade
+        back over the current one.
+        """
         with self._lock:
-            self._conn.execute(
-                "UPDATE judgments SET verdict=? WHERE trace_id=? AND status='done'",
-                (verdict.model_dump_json(), verdict.trace_id),
-            )
+            self._conn.execute("BEGIN IMMEDIATE")  # read and write as one: workers share it
+            try:
+                row = self._conn.execute(
+                    "SELECT verdict FROM judgments WHERE trace_id=? AND status='done'",
+                    (verdict.trace_id,),
+                ).fetchone()
+                current = row is not None and row[0] is not None
+                if current:
+                    stored = Verdict.model_validate_json(row[0]).model_dump(exclude={"relative"})
+                    current = stored == verdict.model_dump(exclude={"relative"})
+                if current:
+                    self._conn.execute(
+                        "UPDATE judgments SET verdict=? WHERE trace_id=? AND status='done'",
+                        (verdict.model_dump_json(), verdict.trace_id),
+                    )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return current
 
     def save_failure(self, trace_id: str, error: str, judge: str) -> None:
         """Record that judging failed; the trace stays unscored."""
@@ -206,34 +228,41 @@ class EvolveState:
         """Route a batch in one transaction; returns the (trace id, route) pairs added.
 
         A trace's routes are replaced when they differ from the stored ones (it was judged
-        again with another outcome); identical routes are left alone (idempotent).
+        again with another outcome). When a re-grade keeps the same routes, the pooled
+        packages are rewritten in place if they changed (readers see the current verdict;
+        pool order and the added count stay); identical rows are left alone (idempotent).
         """
-        wanted: dict[str, dict[str, dict[str, Any]]] = {}
+        wanted: dict[str, dict[str, str]] = {}
         for trace_id, route, pkg in rows:
-            wanted.setdefault(trace_id, {})[route] = pkg
+            wanted.setdefault(trace_id, {})[route] = json.dumps(pkg, default=str)
         added: list[tuple[str, str]] = []
         now = time.time()
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                have: dict[str, set[str]] = {}
+                have: dict[str, dict[str, str]] = {}
                 for part in _chunks(list(wanted)):
                     marks = ",".join("?" * len(part))
-                    for tid, route in self._conn.execute(
-                        f"SELECT trace_id, route FROM routes WHERE trace_id IN ({marks})",
+                    for tid, route, body in self._conn.execute(
+                        f"SELECT trace_id, route, package FROM routes WHERE trace_id IN ({marks})",
                         tuple(part),
                     ):
-                        have.setdefault(tid, set()).add(route)
+                        have.setdefault(tid, {})[route] = body
                 for tid, routes in wanted.items():
-                    old = have.get(tid, set())
-                    if old == set(routes):
+                    old = have.get(tid, {})
+                    if old.keys() == routes.keys():
+                        for route, body in routes.items():
+                            if old[route] != body:  # re-graded, same routes: new verdict
+                                self._conn.execute(
+                                    "UPDATE routes SET package=? WHERE trace_id=? AND route=?",
+                                    (body, tid, route),
+                                )
                         continue
                     if old:
                         self._conn.execute("DELETE FROM routes WHERE trace_id=?", (tid,))
-                    for route, pkg in routes.items():
+                    for route, body in routes.items():
                         self._conn.execute(
-                            "INSERT INTO routes VALUES (?,?,?,?)",
-                            (tid, route, json.dumps(pkg, default=str), now),
+                            "INSERT INTO routes VALUES (?,?,?,?)", (tid, route, body, now)
                         )
                         if route not in old:
                             added.append((tid, route))

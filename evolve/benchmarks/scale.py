@@ -58,7 +58,13 @@ from evoharness.evolve.environment import (
     build_rubrics,
     load_plugin,
 )
-from evoharness.evolve.memory import MemoryEntry, MemoryRetriever, MemoryStore
+from evoharness.evolve.memory import (
+    MemoryEntry,
+    MemoryOp,
+    MemoryRetriever,
+    MemoryStore,
+    reduce_ops,
+)
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource
 from evoharness.harness.context import ContextConfig, ContextMiddleware
@@ -116,6 +122,7 @@ class Results:
     context: dict[int, float] = field(default_factory=dict)
     memory: dict[int, float] = field(default_factory=dict)
     memory_cold: dict[int, float] = field(default_factory=dict)
+    curation: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 def fit_exponent(sizes: Sequence[float], costs: Sequence[float]) -> float:
@@ -526,9 +533,12 @@ def memory_entries(episodes: Sequence[Episode], n: int) -> dict[str, MemoryEntry
 def time_memory(
     episodes: Sequence[Episode], work: Path, size: int, plan: Plan
 ) -> tuple[float, float]:
-    """(warm retrieval per request, cold first retrieval) at ``size`` entries, seconds."""
+    """(warm retrieval per request in CPU seconds, cold first retrieval in seconds) at
+    ``size`` entries."""
     store = MemoryStore(work / f"mem-{size}.db")
     store.replace(memory_entries(episodes, size), note="scale bench")
+    store.close()
+    store = MemoryStore(work / f"mem-{size}.db")  # a fresh process's view: nothing cached
     queries = [e.query for e in episodes if e.query] or ["find a cheap item"]
     retriever = MemoryRetriever(store)
     t0 = time.perf_counter()
@@ -536,12 +546,41 @@ def time_memory(
     cold = time.perf_counter() - t0
     per: list[float] = []
     for _ in range(plan.reps):
-        t0 = time.perf_counter()
+        t0 = time.process_time()  # CPU time: other processes on the machine do not count
         for q in queries:
             retriever.retrieve(q)
-        per.append((time.perf_counter() - t0) / len(queries))
+        per.append((time.process_time() - t0) / len(queries))
     store.close()
     return statistics.median(per), cold
+
+
+def time_curation(work: Path, size: int, adds: int = 100) -> dict[str, float]:
+    """One curation pass of ``adds`` ADDs over the memory :func:`time_memory` built at
+    ``size`` entries, in a fresh store (as an evolve cycle opens it): seconds to read the
+    entries, reduce the ops and replace (snapshot + live rows)."""
+    store = MemoryStore(work / f"mem-{size}.db")
+    t0 = time.perf_counter()
+    entries = store.entries()
+    t1 = time.perf_counter()
+    ops = [
+        MemoryOp(
+            op="ADD",
+            entry=MemoryEntry(
+                kind="lesson",
+                query_pattern=f"pattern-{n % 97}",
+                summary=f"curated lesson {n} for size {size}",
+                avoid_hints=[f"curated lesson {n}"],
+                references=[f"trace-{n}"],
+            ),
+        )
+        for n in range(adds)
+    ]
+    reduced = reduce_ops(entries, ops, now=2.0)
+    t2 = time.perf_counter()
+    store.replace(reduced, note="scale bench curation")
+    t3 = time.perf_counter()
+    store.close()
+    return {"entries": t1 - t0, "reduce": t2 - t1, "replace": t3 - t2, "total": t3 - t0}
 
 
 def _table(echo: Echo, title: str, header: str, rows: list[str]) -> None:
@@ -629,7 +668,11 @@ def _run(plan: Plan, work: Path, echo: Echo) -> dict[str, float]:
     res.context = time_context(episodes, work, plan)
     for size in plan.memory_sizes:
         res.memory[size], res.memory_cold[size] = time_memory(episodes, work, size, plan)
-        echo(f"  memory of {size:,} entries: {res.memory[size] * 1e3:.2f} ms per retrieval")
+        res.curation[size] = time_curation(work, size)
+        echo(
+            f"  memory of {size:,} entries: {res.memory[size] * 1e3:.2f} ms per retrieval, "
+            f"curation of 100 ADDs {res.curation[size]['total']:.2f} s"
+        )
     return report(res, plan, echo, time.perf_counter() - started)
 
 
@@ -669,6 +712,17 @@ def report(res: Results, plan: Plan, echo: Echo, seconds: float) -> dict[str, fl
         f"{'entries':>10} {'warm ms':>10} {'cold ms':>10}",
         [
             f"{m:>10,} {res.memory[m] * 1e3:>10.3f} {res.memory_cold[m] * 1e3:>10.1f}"
+            for m in msizes
+        ],
+    )
+    _table(
+        echo,
+        "curation of 100 ADDs in a fresh store (read entries, reduce, replace + snapshot)",
+        f"{'entries':>10} {'read s':>10} {'reduce s':>10} {'replace s':>10} {'total s':>10}",
+        [
+            f"{m:>10,} "
+            + " ".join(f"{res.curation[m][k]:>10.2f}" for k in ("entries", "reduce", "replace"))
+            + f" {res.curation[m]['total']:>10.2f}"
             for m in msizes
         ],
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -130,9 +131,10 @@ class JudgeSpec:
         built-in text is published as version 1 the first time)."""
         if self.registry is None:
             return None, None
-        prompts = JudgePrompts(open_registry(self.registry))
-        prompts.ensure_defaults()
-        return prompts.get(JUDGE_PROMPT_KIND, name)
+        with open_registry(self.registry) as registry:
+            prompts = JudgePrompts(registry)
+            prompts.ensure_defaults()
+            return prompts.get(JUDGE_PROMPT_KIND, name)
 
     def chat_model(self) -> BaseChatModel:
         """The judge model (ChatOpenAI against ``base_url``)."""
@@ -179,8 +181,11 @@ def pool_grader(env: str, spec: JudgeSpec) -> Judge:
 
 
 def pool_rubrics(env: str) -> RubricGenerator:
-    """Picklable factory for pool workers: the rubrics for ``env``."""
-    return build_rubrics(load_plugin(env), cache_path=HOME / "rubrics.db")
+    """Picklable factory for pool workers: the rubrics for ``env``.
+
+    Without a rubric model there is nothing to cache, so no cache database is opened (a
+    ``RubricGenerator`` has no ``close()`` to release one)."""
+    return build_rubrics(load_plugin(env))
 
 
 def _flushed(source: LocalTraceSource) -> None:
@@ -193,10 +198,11 @@ def _flushed(source: LocalTraceSource) -> None:
         )
 
 
-def _source(db: Path) -> LocalTraceSource:
+def _store(db: Path) -> TraceStore:
+    """The trace store at ``db`` (the caller closes it)."""
     if not db.exists():
         raise ConfigError(f"no trace store at {db}; run `evoharness run` first or pass --db")
-    return LocalTraceSource(TraceStore(db))
+    return TraceStore(db)
 
 
 def _filter(
@@ -300,8 +306,38 @@ def judge(
         registry=registry,
     )
     plugin = load_plugin(env)
-    source = _source(db)
-    episodes = _owned(plugin, list(source.episodes(_filter(tag, session, meta))))
+    with closing(_store(db)) as store:
+        _judge(
+            LocalTraceSource(store),
+            plugin,
+            spec,
+            env=env,
+            state=state,
+            db=db,
+            where=_filter(tag, session, meta),
+            rejudge=rejudge,
+            concurrency=concurrency,
+            workers=workers,
+            executor=executor,
+        )
+
+
+def _judge(
+    source: LocalTraceSource,
+    plugin: EvolveEnvironment,
+    spec: JudgeSpec,
+    *,
+    env: str,
+    state: Path,
+    db: Path,
+    where: EpisodeFilter,
+    rejudge: bool,
+    concurrency: int,
+    workers: int,
+    executor: str,
+) -> None:
+    """The judge command's work on an open trace source (the caller closes it)."""
+    episodes = _owned(plugin, list(source.episodes(where)))
     if workers > 1 or executor.startswith("ray"):
         with (
             open_executor(executor, workers=workers) as backend,
@@ -315,14 +351,16 @@ def judge(
         ):
             report = pool.judge(episodes, concurrency=concurrency, rejudge=rejudge)
     else:
-        st = EvolveState(state)
-        with Progress(
-            TextColumn("judging"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            console=console,
-            transient=True,
-        ) as progress:
+        with (
+            closing(EvolveState(state)) as st,
+            Progress(
+                TextColumn("judging"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                console=console,
+                transient=True,
+            ) as progress,
+        ):
             bar = progress.add_task("judge", total=len(episodes))
             ranker = spec.ranker()
 
@@ -331,7 +369,7 @@ def judge(
                 judged = await judge_episodes(
                     episodes,
                     grader=spec.grader(plugin),
-                    rubrics=build_rubrics(plugin, cache_path=HOME / "rubrics.db"),
+                    rubrics=build_rubrics(plugin),
                     state=st,
                     scores_to=source.store,
                     concurrency=concurrency,
@@ -367,15 +405,14 @@ def route(
 ) -> None:
     """Route judged traces into pools (SFT, strategies, guard, replay, preference, lessons,
     undecided)."""
-    source = _source(db)
-    st = EvolveState(state)
-    episodes = list(source.episodes(_filter(tag, session, meta)))
-    added = route_all(episodes, st.verdicts(e.trace_id for e in episodes), st)
+    with closing(_store(db)) as store, closing(EvolveState(state)) as st:
+        episodes = list(LocalTraceSource(store).episodes(_filter(tag, session, meta)))
+        added = route_all(episodes, st.verdicts(e.trace_id for e in episodes), st)
+        sizes = st.pool_sizes()
     table = Table(title="routed cases")
     table.add_column("pool")
     table.add_column("added", justify="right")
     table.add_column("total", justify="right")
-    sizes = st.pool_sizes()
     for name, n in added.items():
         table.add_row(name, str(n), str(sizes.get(name, 0)))
     console.print(table)
@@ -391,7 +428,11 @@ def memory(
     registry: RegistryOption = REGISTRY,
 ) -> None:
     """Look at and manage the learned memory (snapshots in the registry, reversible)."""
-    store = MemoryStore(path, registry=open_registry(registry))
+    with open_registry(registry) as artifacts, closing(MemoryStore(path, registry=artifacts)) as m:
+        _memory(m, action, target, path)
+
+
+def _memory(store: MemoryStore, action: str, target: str | None, path: Path) -> None:
     if action == "list":
         table = Table(title=f"memory {path}")
         for col in ("id", "kind", "pattern", "summary", "conf", "+/-", "refs"):
@@ -437,7 +478,11 @@ def guard(
     name: Annotated[str, typer.Option(help="Rule set (artifact name)")] = "default",
 ) -> None:
     """Show the active output-guard rules, roll back, list versions, export or import a file."""
-    files = GuardRuleVersions(open_registry(registry), name)
+    with open_registry(registry) as artifacts:
+        _guard(GuardRuleVersions(artifacts, name), action, target)
+
+
+def _guard(files: GuardRuleVersions, action: str, target: Path | None) -> None:
     if action == "rollback":
         console.print(f"now v{files.rollback(reason='cli rollback').version}")
     elif action == "versions":
@@ -511,32 +556,33 @@ def cycle(
         registry=registry,
     )
     plugin = load_plugin(env)
-    source = _source(db)
     where = _filter(tag, session, meta)
-    artifacts = open_registry(registry)
-    report = asyncio.run(
-        run_cycle(
-            source,
-            where=where,
-            grader=spec.grader(plugin),
-            rubrics=build_rubrics(plugin, cache_path=HOME / "rubrics.db"),
-            state=EvolveState(state),
-            memory=MemoryStore(memory_path, registry=artifacts),
-            proposer=(
-                LLMCurator(spec.chat_model(), fallback=build_proposer(plugin))
-                if curator == "llm"
-                else build_proposer(plugin)
-            ),
-            guard_rules=GuardRuleVersions(artifacts),
-            scores_to=source.store,
-            concurrency=concurrency,
-            rejudge=rejudge,
-            owns=plugin.owns,
-            since_last=f"cycle:{env}" if since_last else None,
-            layers=LayerRouting(env=plugin),
+    with ExitStack() as opened:  # every store closed, also when the cycle fails
+        source = LocalTraceSource(opened.enter_context(closing(_store(db))))
+        artifacts = opened.enter_context(open_registry(registry))
+        report = asyncio.run(
+            run_cycle(
+                source,
+                where=where,
+                grader=spec.grader(plugin),
+                rubrics=build_rubrics(plugin),
+                state=opened.enter_context(closing(EvolveState(state))),
+                memory=opened.enter_context(closing(MemoryStore(memory_path, registry=artifacts))),
+                proposer=(
+                    LLMCurator(spec.chat_model(), fallback=build_proposer(plugin))
+                    if curator == "llm"
+                    else build_proposer(plugin)
+                ),
+                guard_rules=GuardRuleVersions(artifacts),
+                scores_to=source.store,
+                concurrency=concurrency,
+                rejudge=rejudge,
+                owns=plugin.owns,
+                since_last=f"cycle:{env}" if since_last else None,
+                layers=LayerRouting(env=plugin),
+            )
         )
-    )
-    _flushed(source)
+        _flushed(source)
     _say_unmatched(
         plugin, report.unmatched, set(report.unmatched_tags), report.unmatched + report.episodes
     )

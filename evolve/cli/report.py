@@ -51,26 +51,28 @@ def report(
         )
         if v is not None
     }
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("report", total=None)
-        path = write_report(
-            out,
-            store=store,
-            registry=reg,
-            layer_results=load_layer_results(layers),
-            prices=prices or None,
-            on_progress=lambda step: progress.update(task, description=step),
-        )
+    try:  # closed also when a section fails to render
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("report", total=None)
+            path = write_report(
+                out,
+                store=store,
+                registry=reg,
+                layer_results=load_layer_results(layers),
+                prices=prices or None,
+                on_progress=lambda step: progress.update(task, description=step),
+            )
+    finally:
+        if store is not None:
+            store.close()
+        if reg is not None:
+            reg.close()
     if store is None:
         console.print(f"[dim]no trace store at {db}: run sections left out[/dim]")
     console.print(f"report: {path.resolve()}")
-    if store is not None:
-        store.close()
-    if reg is not None:
-        reg.close()

@@ -100,48 +100,58 @@ def execute_run(
     if check_endpoint:
         check_model_endpoint(model, base_url=base_url, timeout_s=min(timeout_s or 10.0, 10.0))
     middleware = env.harness_middleware if harness else None
-    tracer = Tracer(TraceStore(trace_db)) if trace_db is not None else None
+    store = TraceStore(trace_db) if trace_db is not None else None
     exporter = None
-    if tracer is not None and os.environ.get("LANGFUSE_PUBLIC_KEY"):
-        from evoharness.harness.tracing.langfuse_export import LangfuseExporter
+    try:  # the exporter and the store are closed whatever happens (they flush what they have)
+        tracer = Tracer(store) if store is not None else None
+        if tracer is not None and os.environ.get("LANGFUSE_PUBLIC_KEY"):
+            from evoharness.harness.tracing.langfuse_export import LangfuseExporter
 
-        exporter = LangfuseExporter(tracer.store)  # credentials from LANGFUSE_* variables
-        exporter.start()
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        bar = progress.add_task(label, total=len(tasks))
-        results = asyncio.run(
-            run_tasks(
-                env,
-                tasks,
-                model_factory=factory,
-                middleware_factory=middleware,
-                concurrency=concurrency,
-                on_result=lambda _: progress.advance(bar),
-                tracer=tracer,
-                tags=[split, "harnessed" if harness else "bare", model],
-                deadline_s=task_deadline_s,
+            exporter = LangfuseExporter(tracer.store)  # credentials from LANGFUSE_* variables
+            exporter.start()
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            bar = progress.add_task(label, total=len(tasks))
+            results = asyncio.run(
+                run_tasks(
+                    env,
+                    tasks,
+                    model_factory=factory,
+                    middleware_factory=middleware,
+                    concurrency=concurrency,
+                    on_result=lambda _: progress.advance(bar),
+                    tracer=tracer,
+                    tags=[split, "harnessed" if harness else "bare", model],
+                    deadline_s=task_deadline_s,
+                )
             )
-        )
-    if tracer is not None and not tracer.store.flush(30):
-        console.print("[yellow]warning: traces still being written after 30 s[/yellow]")
-    if exporter is not None:
-        exported = exporter.drain(timeout=60)
-        exporter.stop()
-        if not exported:
-            console.print(
-                "[yellow]Langfuse export incomplete; the rest stays in the local "
-                "store: evoharness traces export[/yellow]"
-            )
-    if out is not None:
-        write_results(out, results)
-    return RunReport.of(results), results
+        if tracer is not None and not tracer.store.flush(30):
+            console.print("[yellow]warning: traces still being written after 30 s[/yellow]")
+        if exporter is not None:
+            try:
+                exported = exporter.drain(timeout=60)
+            finally:
+                exporter.stop()
+                exporter = None  # stopped: not again below
+            if not exported:
+                console.print(
+                    "[yellow]Langfuse export incomplete; the rest stays in the local "
+                    "store: evoharness traces export[/yellow]"
+                )
+        if out is not None:
+            write_results(out, results)
+        return RunReport.of(results), results
+    finally:
+        if exporter is not None:  # the run failed before the export
+            exporter.stop()
+        if store is not None:
+            store.close()
 
 
 def run(

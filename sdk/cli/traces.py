@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Annotated
 
@@ -59,7 +60,11 @@ def list_traces(
     tag: Annotated[list[str] | None, typer.Option(help="Only traces with this tag")] = None,
 ) -> None:
     """The newest traces with their status, size and scores."""
-    store = _open(db)
+    with closing(_open(db)) as store:
+        _list(store, limit=limit, status=status, tag=tag)
+
+
+def _list(store: TraceStore, *, limit: int, status: str | None, tag: list[str] | None) -> None:
     table = Table(title=f"traces in {store.path}")
     for col in ("trace id", "run", "status", "started", "secs", "obs", "tokens", "scores"):
         table.add_column(col, overflow="fold")
@@ -87,7 +92,11 @@ def show(
     db: DbOption = TRACE_DB,
 ) -> None:
     """A trace as a tree: agent, model calls, tool calls and harness decisions."""
-    store = _open(db)
+    with closing(_open(db)) as store:
+        _show(store, trace_id)
+
+
+def _show(store: TraceStore, trace_id: str) -> None:
     matches = store.query(TraceQuery(id_prefix=trace_id.lower(), limit=2))
     if len(matches) != 1:
         found = "no trace matches" if not matches else "several traces match"
@@ -137,7 +146,11 @@ def stats(db: DbOption = TRACE_DB) -> None:
     Per writer (process): records accepted, stored, spilled (to the JSONL file, stored
     later as ``ingested``), dead-lettered, lost, and whether it is ``ok`` or ``sick``.
     """
-    store = _open(db)
+    with closing(_open(db)) as store:
+        _stats(store)
+
+
+def _stats(store: TraceStore) -> None:
     counts = store.counts()
     table = Table(title=f"trace store {store.path}")
     table.add_column("what")
@@ -163,9 +176,9 @@ def backup(
 ) -> None:
     """A consistent copy of a live store (SQLite's backup API; copying the file of a WAL
     database that is being written misses rows)."""
-    store = _open(db)
-    out = store.backup(target)
-    console.print(json.dumps({"backup": str(out), **store.counts()}))
+    with closing(_open(db)) as store:
+        out = store.backup(target)
+        console.print(json.dumps({"backup": str(out), **store.counts()}))
 
 
 @app.command()
@@ -176,13 +189,13 @@ def export(
     """Send everything pending to Langfuse (LANGFUSE_PUBLIC_KEY/SECRET_KEY/BASE_URL)."""
     from evoharness.harness.tracing.langfuse_export import LangfuseExporter
 
-    store = _open(db)
-    exporter = LangfuseExporter(store)
-    try:
-        done = exporter.drain(timeout)
-    finally:
-        exporter.stop()
-    counts = store.counts()
+    with closing(_open(db)) as store:
+        exporter = LangfuseExporter(store)
+        try:
+            done = exporter.drain(timeout)
+        finally:
+            exporter.stop()
+        counts = store.counts()
     console.print(
         f"pending after export: traces={counts['traces_pending']} "
         f"observations={counts['observations_pending']} "

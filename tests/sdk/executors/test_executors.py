@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterator, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Any, overload
 
@@ -104,7 +105,8 @@ def _verdicts(tmp: Path, episodes: list[Episode], executor: Executor) -> dict[st
     ) as pool:
         report = pool.judge(episodes, concurrency=8)
     assert report.judged == len(episodes) and report.failed == 0
-    return {tid: v.model_dump_json() for tid, v in EvolveState(state).verdicts().items()}
+    with closing(EvolveState(state)) as st:
+        return {tid: v.model_dump_json() for tid, v in st.verdicts().items()}
 
 
 def test_judging_500_episodes_gives_identical_verdicts_locally_and_on_ray(

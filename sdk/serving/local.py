@@ -10,8 +10,8 @@ SmolLM2); the reply's ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>
 become ``AIMessage.tool_calls``, unparseable ones ``invalid_tool_calls``.
 
 A conversation is rendered exactly as the training path renders the same conversation read
-back from its trace (:func:`to_chat`: arguments with sorted keys, as traces store them), so
-an adapter sees at serving time the token ids it was trained on. A reply whose tool calls
+back from its trace (:func:`to_chat`: arguments in the order written, as traces store them),
+so an adapter sees at serving time the token ids it was trained on. A reply whose tool calls
 did not parse (the harness answers them with an error observation) is shown to the model as
 the text it really wrote, not as the empty-argument call the harness keeps in the history.
 
@@ -95,18 +95,12 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall], list[InvalidToolCa
     return content, calls, invalid
 
 
-def canonical_args(args: dict[str, Any]) -> dict[str, Any]:
-    """Tool-call arguments with keys sorted at every level, the form traces store them in
-    (so a conversation renders to the same tokens at serving time and in training)."""
-    out: dict[str, Any] = json.loads(json.dumps(args, sort_keys=True, default=str))
-    return out
-
-
 def to_chat(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
     """LangChain messages as chat-template messages (tool calls with dict arguments).
 
-    Arguments are rendered in canonical key order (:func:`canonical_args`). A reply whose
-    calls did not parse (marked by the harness's reply check) is rendered from its raw
+    Arguments keep the order the model wrote them in, which is the order traces store them
+    in (so the training path renders a traced conversation to the same tokens). A reply
+    whose calls did not parse (marked by the harness's reply check) is rendered from its raw
     completion text when the serving model kept it (``response_metadata["raw_text"]``).
     """
     out: list[dict[str, Any]] = []
@@ -127,10 +121,7 @@ def to_chat(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
             item: dict[str, Any] = {"role": "assistant", "content": text}
             if m.tool_calls:
                 item["tool_calls"] = [
-                    {
-                        "type": "function",
-                        "function": {"name": c["name"], "arguments": canonical_args(c["args"])},
-                    }
+                    {"type": "function", "function": {"name": c["name"], "arguments": c["args"]}}
                     for c in m.tool_calls
                 ]
             out.append(item)

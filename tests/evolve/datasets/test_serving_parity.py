@@ -130,8 +130,12 @@ def test_serving_prompts_are_the_training_tokens(tiny_dir: str, tmp_path: Path) 
         (r["input_ids"], r["assistant_masks"])
         for r in tokenize_sft([row], pool.pool.tokenizer, max_length=10**6)[0]
     ]
+    decode = pool.pool.tokenizer.decode
     for prompt in pool.prompts:
-        assert ids[: len(prompt)] == prompt  # the same ids, not just the same text
+        at = next((i for i, (a, b) in enumerate(zip(ids, prompt, strict=False)) if a != b), 0)
+        around = slice(max(0, at - 40), at + 20)
+        seen = f"served {decode(prompt[around])!r}, trained {decode(ids[around])!r}"
+        assert ids[: len(prompt)] == prompt, seen  # the same ids, not just the same text
         # the reply is trained; the template opens the trained span right after
         # "<|im_start|>assistant", so only the newline the prompt ends with is in it too
         assert mask[len(prompt)] == 1 and mask[len(prompt) - 2] == 0

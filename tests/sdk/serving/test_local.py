@@ -131,7 +131,7 @@ def test_tools_are_rendered_by_the_chat_template(served: tuple[str, str, str]) -
     assert chat[0]["role"] == "assistant" and json.dumps(chat)
 
 
-def test_to_chat_canonical_args_and_malformed_replies_as_written() -> None:
+def test_to_chat_keeps_argument_order_and_shows_malformed_replies_as_written() -> None:
     from evoharness.harness.control.reply_check import MALFORMED_KEY
 
     ok = AIMessage(
@@ -146,7 +146,7 @@ def test_to_chat_canonical_args_and_malformed_replies_as_written() -> None:
     )
     chat = to_chat([ok, broken])
     args = chat[0]["tool_calls"][0]["function"]["arguments"]
-    assert json.dumps(args) == '{"a": {"y": 1, "z": 0}, "b": 1}'  # sorted, as traces store
+    assert json.dumps(args) == '{"b": 1, "a": {"z": 0, "y": 1}}'  # as written, as traces store
     assert chat[1] == {"role": "assistant", "content": raw}  # no empty-argument call
 
 

@@ -43,7 +43,7 @@ from evoharness.evolve.monitor import Finding, read_findings
 from evoharness.evolve.routing import ROUTES
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import Episode, TraceSource
-from evoharness.sdk.registry import ArtifactVersion, Registry
+from evoharness.sdk.registry import ArtifactVersion, Registry, live_since
 
 DECISIONS_KIND = "layer_decisions"
 """Registry kind under which decision batches are recorded."""
@@ -187,10 +187,7 @@ def build_clusters(
 
 def memory_history(registry: Registry, name: str = "default") -> list[MemoryVersion]:
     """Every memory snapshot of ``memory/<name>`` with the time it first went live."""
-    live: dict[int, float] = {}
-    for e in registry.events("memory", name):
-        if e.label == "active" and e.version is not None and e.action != "unlabel":
-            live.setdefault(e.version, e.at)
+    live = live_since(registry, "memory", name, first=True)
     return [
         MemoryVersion(
             version=v.version,

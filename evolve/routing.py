@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from evoharness.evolve.judge import Verdict
+from evoharness.evolve.judge import P2_FAIL_BELOW, Verdict
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import Episode
 from evoharness.harness import GuardRule, GuardRuleSet
@@ -32,7 +32,7 @@ class RouteConfig(BaseModel):
     """Routing thresholds."""
 
     good_total: float = Field(0.8, ge=0.0, le=1.0, description="P0 pass and total >= this")
-    low_quality_p2: float = Field(3.5, ge=1.0, le=5.0, description="P2 below: preference")
+    low_quality_p2: float = Field(P2_FAIL_BELOW, ge=1.0, le=5.0, description="P2 below: preference")
 
 
 class DiagnosisPackage(BaseModel):

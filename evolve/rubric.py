@@ -287,6 +287,18 @@ class RubricGenerator:
         self._memo: dict[str, list[RubricItem]] = {}
         self.model_failures = 0
 
+    def close(self) -> None:
+        """Close the cache database (if any); the in-memory memo keeps working."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __enter__(self) -> RubricGenerator:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
     def _cached(self, qh: str) -> list[RubricItem] | None:
         if qh in self._memo:
             return self._memo[qh]

@@ -20,7 +20,7 @@ from evoharness.evolve.datasets.build import DatasetManifest
 from evoharness.evolve.monitor.findings import Finding, Layer
 from evoharness.evolve.monitor.sequential import Direction, DriftDetector
 from evoharness.evolve.traces import Episode
-from evoharness.sdk.registry import ArtifactNotFound, Registry
+from evoharness.sdk.registry import ArtifactNotFound, Registry, live_since
 
 
 class DriftConfig(BaseModel):
@@ -279,14 +279,8 @@ def load_manifests(dirs: Iterable[Path | str]) -> list[tuple[Path, DatasetManife
 
 def activated_at(registry: Registry, kind: str, name: str, version: int) -> float:
     """When ``version`` last became ``active`` (its publication time if never audited)."""
-    times = [
-        e.at
-        for e in registry.events(kind, name)
-        if e.label == "active" and e.version == version and e.action != "unlabel"
-    ]
-    if times:
-        return max(times)
-    return registry.get(kind, name, version).created_at
+    at = live_since(registry, kind, name, first=False).get(version)
+    return at if at is not None else registry.get(kind, name, version).created_at
 
 
 def stale_preference_data(

@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -200,3 +201,15 @@ def test_verdict_arithmetic() -> None:
 
 def test_shop_items_have_hints() -> None:
     assert all(i.avoid_hint for i in SHOP_ITEMS)
+
+
+def test_rubric_generator_closes_its_cache(tmp_path: Path) -> None:
+    """A generator with a cache database closes it (CLI paths rely on it) and stays usable."""
+    from evoharness.evolve.rubric import RubricGenerator
+
+    with RubricGenerator(cache_path=tmp_path / "rubrics.db") as rubrics:
+        assert rubrics._db is not None
+        before = rubrics.rubric("find a cheap wool scarf")
+    assert rubrics._db is None
+    assert rubrics.rubric("find a cheap wool scarf").version == before.version
+    rubrics.close()  # idempotent

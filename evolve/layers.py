@@ -203,7 +203,7 @@ def _targeting(
     cl: Cluster, history: Sequence[MemoryVersion], hints: Mapping[str, str]
 ) -> MemoryVersion | None:
     """The first memory version with a lesson for this cluster's pattern (and item)."""
-    hint = hints.get(cl.item)
+    hint = hints.get(cl.item.removeprefix("p2:"))  # hints are keyed by the plain item id
     for mv in sorted(history, key=lambda m: m.active_since):
         for e in mv.entries:
             if e.kind != "lesson" or e.retired or e.query_pattern != cl.pattern:

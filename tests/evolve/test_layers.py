@@ -381,3 +381,14 @@ def test_decide_for_cycle_uses_the_versions_in_the_pools(tmp_path: Path) -> None
     assert (d.action, d.memory_version) == ("training_dataset", live.version)
     state.close()
     reg.close()
+
+
+def test_p2_clusters_look_up_their_hint_by_the_plain_item_id() -> None:
+    """A P2 cluster (``p2:<item>``) is targeted only by a lesson carrying that item's hint."""
+    before = [pkg(i, "tokyo shoes", p2={"concise": 2.0} if i < 8 else {}) for i in range(10)]
+    after = [pkg(100 + i, "tokyo shoes", p2={"concise": 2.0} if i < 1 else {}) for i in range(10)]
+    pkgs = before + after
+    other = decide_layers(pkgs, case_key=key, memory=memory_at(T0 + 50), hints={"concise": "x"})
+    assert [d.memory_version for d in other] == [None]
+    (fixed,) = decide_layers(pkgs, case_key=key, memory=memory_at(T0 + 50), hints={"concise": HINT})
+    assert fixed.memory_version == 3 and fixed.action == "keep"

@@ -107,5 +107,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONHASHSEED", "0")  # same dict/set layouts in every process
+    # the same work in every child, whatever else runs: fixed dict/set layouts; no .pyc
+    # written by one child and read by the next (another checkout's edits would otherwise
+    # land as a compile in one process only); no idle BLAS threads spinning for wall time
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     sys.exit(main())

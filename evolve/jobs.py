@@ -78,6 +78,10 @@ def fingerprint(episode: Episode) -> str:
     return hashlib.sha256(data.encode()).hexdigest()[:20]
 
 
+NO_VALUE = {"p2_avg": "no_p2_items", "judge_success": "undecided", "relative": "unranked"}
+"""What a verdict writes, as a categorical score, for a number it does not have."""
+
+
 def score_rows(verdict: Verdict) -> list[dict[str, Any]]:
     """The scores a verdict writes back (ids are stable: rewriting replaces them)."""
     comment = f"{verdict.judge} rubric={verdict.rubric_version}"
@@ -90,7 +94,7 @@ def score_rows(verdict: Verdict) -> list[dict[str, Any]]:
         "rubric_version": verdict.rubric_version,
     }
 
-    def row(name: str, value: float, note: str, **extra: Any) -> dict[str, Any]:
+    def row(name: str, value: float | str, note: str, **extra: Any) -> dict[str, Any]:
         return {
             **base,
             "id": f"{verdict.trace_id}-{name}",
@@ -101,16 +105,26 @@ def score_rows(verdict: Verdict) -> list[dict[str, Any]]:
             **extra,
         }
 
+    def absent(name: str, value: str) -> dict[str, Any]:
+        # A name this verdict has no number for is still written, as a categorical value
+        # under the same id: a re-grade replaces an earlier grade's number (locally and in
+        # Langfuse, which upserts by id) instead of leaving it behind, and every reader that
+        # wants a number skips it.
+        return row(name, value, "", data_type="CATEGORICAL")
+
     rows = [
         row("p0_pass", float(verdict.p0_pass), ", ".join(verdict.p0_failures), data_type="BOOLEAN"),
         row("p1_deduction", verdict.p1_deduction, ", ".join(verdict.p1_failures)),
+        row("p2_avg", verdict.p2_avg, "")
+        if verdict.p2_avg is not None
+        else absent("p2_avg", NO_VALUE["p2_avg"]),
+        row("judge_success", float(verdict.success), "", data_type="BOOLEAN")
+        if verdict.success is not None
+        else absent("judge_success", NO_VALUE["judge_success"]),
+        row("relative", verdict.relative, "")
+        if verdict.relative is not None
+        else absent("relative", NO_VALUE["relative"]),
     ]
-    if verdict.p2_avg is not None:
-        rows.append(row("p2_avg", verdict.p2_avg, ""))
-    if verdict.success is not None:
-        rows.append(row("judge_success", float(verdict.success), "", data_type="BOOLEAN"))
-    if verdict.relative is not None:
-        rows.append(row("relative", verdict.relative, ""))
     # ``total`` goes last: its presence marks the verdict's scores as complete
     rows.append(row("total", verdict.total, "; ".join(verdict.comments)[:500]))
     return rows
@@ -125,11 +139,13 @@ def write_scores(store: TraceStore, verdict: Verdict) -> None:
 def scores_complete(episode: Episode, verdict: Verdict) -> bool:
     """Whether the store already holds ``verdict``'s scores for ``episode``."""
     have = episode.scores
-    return all(
-        isinstance(have.get(r["name"]), int | float)
-        and abs(float(have[r["name"]]) - float(r["value"])) < 1e-9
-        for r in score_rows(verdict)
-    )
+
+    def same(value: Any, wanted: float | str) -> bool:
+        if isinstance(wanted, str):
+            return value == wanted
+        return isinstance(value, int | float) and abs(float(value) - wanted) < 1e-9
+
+    return all(same(have.get(r["name"]), r["value"]) for r in score_rows(verdict))
 
 
 async def judge_episodes(
@@ -266,9 +282,10 @@ async def rank_groups(
                 return
         for e in group:
             v = verdicts[e.trace_id].model_copy(update={"relative": scores[e.trace_id]})
-            if scores_to is not None:
+            if not state.update_verdict(v):
+                continue  # re-graded while ranking: this ranking is of an older grade
+            if scores_to is not None:  # a kill before this is repaired from the state
                 write_scores(scores_to, v)
-            state.update_verdict(v)
             report.judged += 1
 
     await asyncio.gather(*(one(g) for g in groups.values() if len(g) > 1))

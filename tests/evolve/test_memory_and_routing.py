@@ -331,5 +331,6 @@ def test_judge_pool_spreads_work_over_processes_and_resumes(tmp_path: Path) -> N
     assert (second.judged, second.skipped) == (4, 8)
     assert len(EvolveState(tmp_path / "e.db").judged()) == 12
     store = TraceStore(tmp_path / "t.db")
-    # p0_pass, p1_deduction, judge_success (did nothing: failed), total per episode
-    assert store.counts()["scores"] == 12 * 4
+    # p0_pass, p1_deduction, p2_avg, judge_success, relative (the last three categorical
+    # when the verdict has no number for them), total per episode
+    assert store.counts()["scores"] == 12 * 6

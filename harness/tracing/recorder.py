@@ -164,6 +164,14 @@ class Tracer:
         for log_ in events or []:
             self.watch(log_)
 
+    def close(self) -> None:
+        """Close the read-only connection the run-id check keeps open (the store itself is
+        the caller's to close). The tracer stays usable: the next check reopens it."""
+        with self._lock:
+            reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
+
     def watch(self, events: EventLog) -> None:
         """Record ``events``' harness decisions into the active trace."""
         events.subscribe(self._on_event)

@@ -102,8 +102,8 @@ def execute_run(
     middleware = env.harness_middleware if harness else None
     store = TraceStore(trace_db) if trace_db is not None else None
     exporter = None
+    tracer = Tracer(store) if store is not None else None
     try:  # the exporter and the store are closed whatever happens (they flush what they have)
-        tracer = Tracer(store) if store is not None else None
         if tracer is not None and os.environ.get("LANGFUSE_PUBLIC_KEY"):
             from evoharness.harness.tracing.langfuse_export import LangfuseExporter
 
@@ -150,6 +150,8 @@ def execute_run(
     finally:
         if exporter is not None:  # the run failed before the export
             exporter.stop()
+        if tracer is not None:
+            tracer.close()
         if store is not None:
             store.close()
 

@@ -88,11 +88,6 @@ def home(tmp_path: Path, connections: Connections) -> Path:
     return tmp_path
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Tracer keeps a read-only sqlite connection and has no close() (harness/tracing); "
-    "once it has one, sdk/cli/run.py calls it",
-)
 def test_run_closes_the_tracer_reader_too(tmp_path: Path, connections: Connections) -> None:
     assert _run(tmp_path) == 0
     assert connections.open() == []

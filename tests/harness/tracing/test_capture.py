@@ -250,6 +250,17 @@ def test_a_reused_run_id_is_refused_not_merged(tmp_path: Path) -> None:
     trace = store.trace(trace_id_for("order-42"))
     assert trace is not None and trace.output == "one" and trace.status == "ok"
     run_agent(agent, payload, "invoke", tracer, RunInfo(run_id="order-43"))  # fresh: fine
+    # close() releases the run-id check's read-only connection; the next check reopens it
+    later = Tracer(store)
+    with pytest.raises(RunIdReusedError):
+        run_agent(agent, payload, "invoke", later, RunInfo(run_id="order-42"))
+    assert later._reader is not None
+    later.close()
+    assert later._reader is None
+    later.close()  # idempotent
+    with pytest.raises(RunIdReusedError):
+        run_agent(agent, payload, "invoke", later, RunInfo(run_id="order-42"))
+    later.close()
     store.close()
 
 

@@ -140,9 +140,9 @@ def scores_complete(episode: Episode, verdict: Verdict) -> bool:
     """Whether the store already holds ``verdict``'s scores for ``episode``."""
     have = episode.scores
 
-    def same(value: Any, wanted: float | str) -> bool:
+    def same(value: float | str | None, wanted: float | str) -> bool:
         if isinstance(wanted, str):
-            return value == wanted
+            return isinstance(value, str) and value == wanted
         return isinstance(value, int | float) and abs(float(value) - wanted) < 1e-9
 
     return all(same(have.get(r["name"]), r["value"]) for r in score_rows(verdict))

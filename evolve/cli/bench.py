@@ -6,6 +6,7 @@ last line (``key=value ...``). Commands import their module lazily so ``--help``
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -108,21 +109,31 @@ def bench_monitor(
 
 @app.command("weights")
 def bench_weights(
-    val_tasks: Annotated[int, typer.Option(min=1, help="Fixed val subset (first N).")] = 2,
-    sft_steps: Annotated[int, typer.Option(min=1)] = 12,
-    dpo_steps: Annotated[int, typer.Option(min=1)] = 2,
-    max_length: Annotated[int, typer.Option(min=256)] = 2048,
+    val_tasks: Annotated[
+        int | None, typer.Option(min=1, help="Fixed val subset size (default 6).")
+    ] = None,
+    sft_steps: Annotated[int | None, typer.Option(min=1, help="SFT steps (default 32).")] = None,
+    dpo_steps: Annotated[int | None, typer.Option(min=1, help="DPO steps (default 4).")] = None,
+    max_length: Annotated[
+        int | None, typer.Option(min=256, help="Training tokens per row (default 4096).")
+    ] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(help="Work dir (default ~/.cache/evoharness/bench-weights; reruns reuse it)."),
+    ] = None,
 ) -> None:
-    """SmolLM2 as the shop agent: base vs LoRA SFT vs DPO on goodcase traces (CPU, minutes)."""
+    """SmolLM2 as the shop agent: base vs LoRA SFT vs DPO on goodcase traces (CPU, ~40 min)."""
     from evoharness.evolve.benchmarks import weights
 
-    weights.run(
-        val_tasks=val_tasks,
-        sft_steps=sft_steps,
-        dpo_steps=dpo_steps,
-        max_length=max_length,
-        echo=console.print,
-    )
+    given = {
+        "val_tasks": val_tasks,
+        "sft_steps": sft_steps,
+        "dpo_steps": dpo_steps,
+        "max_length": max_length,
+        "workdir": workdir,
+    }
+    # the bench's own defaults are the one source of the numbers above
+    weights.run(**{k: v for k, v in given.items() if v is not None}, echo=console.print)
 
 
 @app.command("proposals")

@@ -80,12 +80,13 @@ _OBS_KEYS = frozenset(Observation.model_fields)
 _NUMBER = (int, float)
 
 
-def _opt_str(value: Any) -> bool:
-    return value is None or type(value) is str
+_NUMBER_TYPES = frozenset(_NUMBER)
+_INT_TYPE = frozenset({int})
+_STR_TYPE = frozenset({str})
 
 
 def _ints(value: Any) -> bool:
-    return value is None or (type(value) is list and all(type(x) is int for x in value))
+    return value is None or (type(value) is list and _INT_TYPE.issuperset(map(type, value)))
 
 
 def fast_observation(record: dict[str, Any]) -> dict[str, Any] | None:
@@ -107,7 +108,11 @@ def fast_observation(record: dict[str, Any]) -> dict[str, Any] | None:
         get("level", "DEFAULT"),
     )
     end, metadata, usage = get("end_time"), get("metadata"), get("usage")
+    parent, model, status = get("parent_id"), get("model"), get("status_message")
+    prompt_ids, completion_ids = get("prompt_token_ids"), get("completion_token_ids")
     logprobs = get("logprobs")
+    # checks inlined and done in C where they can be (``set(map(type, ...))``): this runs
+    # for every observation the writer stores
     if not (
         type(oid) is str
         and type(tid) is str
@@ -119,14 +124,14 @@ def fast_observation(record: dict[str, Any]) -> dict[str, Any] | None:
         and type(start) in _NUMBER
         and (end is None or type(end) in _NUMBER)
         and (metadata is None or type(metadata) is dict)
-        and _opt_str(get("parent_id"))
-        and _opt_str(get("model"))
-        and _opt_str(get("status_message"))
-        and _ints(get("prompt_token_ids"))
-        and _ints(get("completion_token_ids"))
+        and (parent is None or type(parent) is str)
+        and (model is None or type(model) is str)
+        and (status is None or type(status) is str)
+        and (prompt_ids is None or _ints(prompt_ids))
+        and (completion_ids is None or _ints(completion_ids))
         and (
             logprobs is None
-            or (type(logprobs) is list and all(type(x) in _NUMBER for x in logprobs))
+            or (type(logprobs) is list and _NUMBER_TYPES.issuperset(map(type, logprobs)))
         )
         and type(get("schema_version", SCHEMA_VERSION)) is int
         and _OBS_KEYS.issuperset(record)
@@ -138,13 +143,13 @@ def fast_observation(record: dict[str, Any]) -> dict[str, Any] | None:
         if "metadata" in record:  # the model refuses None for a dict
             return None
         metadata = {}
-    elif not all(type(k) is str for k in metadata):
+    elif metadata and not _STR_TYPE.issuperset(map(type, metadata)):
         return None
     if usage is not None:
         if not (
             type(usage) is dict
             and _USAGE_KEYS.issuperset(usage)
-            and all(type(v) is int for v in usage.values())
+            and _INT_TYPE.issuperset(map(type, usage.values()))
         ):
             return None
         usage = {
@@ -158,11 +163,10 @@ def fast_observation(record: dict[str, Any]) -> dict[str, Any] | None:
         payload = to_jsonable_python([get("input"), get("output"), metadata])
     except PydanticSerializationError:
         return None  # the model reports it
-    prompt_ids, completion_ids = get("prompt_token_ids"), get("completion_token_ids")
     return {
         "id": oid,
         "trace_id": tid,
-        "parent_id": get("parent_id"),
+        "parent_id": parent,
         "type": typ,
         "name": name,
         "start_time": float(start),
@@ -170,10 +174,10 @@ def fast_observation(record: dict[str, Any]) -> dict[str, Any] | None:
         "input": payload[0],
         "output": payload[1],
         "metadata": payload[2],
-        "model": get("model"),
+        "model": model,
         "usage": usage,
         "level": level,
-        "status_message": get("status_message"),
+        "status_message": status,
         "prompt_token_ids": None if prompt_ids is None else list(prompt_ids),
         "completion_token_ids": None if completion_ids is None else list(completion_ids),
         "logprobs": None if logprobs is None else [float(x) for x in logprobs],

@@ -8,8 +8,10 @@ the upsert clause; :func:`migrate` creates or upgrades a store's tables when it 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import operator
 import sqlite3
 import time
 import types
@@ -95,6 +97,13 @@ class TableSpec:
                 encode = True  # e.g. float | str: stored as JSON text
             self.columns.append(ColumnSpec(name, sql_type, encode, marks[0].index))
         self.names = ["id", *(c.name for c in self.columns)]
+        # a row's leading values in one C call when no column needs encoding (the writer
+        # builds a row per record); ``row`` falls back to the per-column loop otherwise
+        self._plain = (
+            operator.itemgetter(*self.names)
+            if len(self.names) > 1 and not any(c.encode_json for c in self.columns)
+            else None
+        )
 
     # -- DDL -------------------------------------------------------------------------------
     def create_sql(self) -> list[str]:
@@ -176,9 +185,10 @@ class TableSpec:
         return done
 
     # -- DML -------------------------------------------------------------------------------
-    @property
+    @functools.cached_property
     def upsert_sql(self) -> str:
-        """The insert-or-update statement (an update re-opens the row for export)."""
+        """The insert-or-update statement (an update re-opens the row for export); built
+        once (the writer asks for it in every batch)."""
         names = [*self.names, "body", "updated_at"]
         marks = ",".join("?" * len(names))
         sets = ", ".join(f"{n}=excluded.{n}" for n in names[1:])
@@ -201,6 +211,11 @@ class TableSpec:
 
     def row(self, data: dict[str, Any], body: str, now: float) -> tuple[Any, ...]:
         """The write tuple of one record (``data`` is its ``model_dump(mode="json")``)."""
+        if self._plain is not None:
+            try:
+                return (*self._plain(data), body, now)
+            except KeyError:
+                pass  # a field missing from ``data``: stored as NULL, as below
         values: list[Any] = [data["id"]]
         for c in self.columns:
             v = data.get(c.name)

@@ -562,17 +562,49 @@ class Masker:
 
     def __call__(self, value: Any) -> Any:
         """Mask strings anywhere inside ``value`` (dicts, lists, tuples), returning a copy."""
+        # exact types first: every stored payload is walked here (a large part of the
+        # writer's per-record cost); subclasses take the general checks below
+        cls = type(value)
+        if cls is str:
+            return self._cached(value) if len(value) <= _CACHE_MAX_CHARS else self._mask(value)
+        if cls is dict:
+            return self._dict(value)
+        if cls is list:
+            return [self(v) for v in value]
+        if cls is int or cls is float or value is None:
+            return value
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
-            return {k: self._item(k, v) for k, v in value.items()}
+            return self._dict(value)
         if isinstance(value, list | tuple):
             return [self(v) for v in value]
         return value
 
+    def _dict(self, value: dict[Any, Any]) -> dict[Any, Any]:
+        """A mapping with its values masked (:meth:`_item`); the common value under a key
+        that names nothing (a short string, a number) is handled in the loop, without a
+        call per key."""
+        out: dict[Any, Any] = {}
+        cached = self._cached
+        for key, item in value.items():
+            if isinstance(key, str) and _key_kind(key) is not None:
+                out[key] = self._item(key, item)
+                continue
+            cls = type(item)
+            if cls is str:
+                out[key] = cached(item) if len(item) <= _CACHE_MAX_CHARS else self._mask(item)
+            elif cls is int or cls is float or cls is bool or item is None:
+                out[key] = item
+            else:
+                out[key] = self(item)
+        return out
+
     def _item(self, key: Any, value: Any) -> Any:
         kind = _key_kind(key) if isinstance(key, str) else None
-        if kind is None or value is None or isinstance(value, bool):
+        if kind is None:
+            return self(value)
+        if value is None or isinstance(value, bool):
             return self(value)
         if kind == "secret" and isinstance(value, str | int | float):
             return value if isinstance(value, str) and not _credential(value) else "[masked:secret]"

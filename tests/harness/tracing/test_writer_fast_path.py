@@ -66,6 +66,32 @@ UNUSUAL: list[dict[str, Any]] = [
     {"id": S, "trace_id": T, "type": "tool", "name": "x", "start_time": 1.0, "usage": {"a": 1}},
     {"id": S, "trace_id": T, "type": "tool", "name": 7, "start_time": 1.0},
     {"id": S, "trace_id": T, "type": "tool", "name": "x", "start_time": 1.0, "level": "LOUD"},
+    # element types are checked in C (set(map(type, ...))): one odd element is enough
+    {"id": S, "trace_id": T, "type": "tool", "name": "x", "start_time": 1.0, "logprobs": [1, "x"]},
+    {
+        "id": S,
+        "trace_id": T,
+        "type": "tool",
+        "name": "x",
+        "start_time": 1.0,
+        "metadata": {"a": 1, 2: 3},
+    },
+    {
+        "id": S,
+        "trace_id": T,
+        "type": "tool",
+        "name": "x",
+        "start_time": 1.0,
+        "prompt_token_ids": [1, True],
+    },
+    {
+        "id": S,
+        "trace_id": T,
+        "type": "tool",
+        "name": "x",
+        "start_time": 1.0,
+        "usage": {"input_tokens": 1, "output_tokens": True},
+    },
 ]
 
 

@@ -7,7 +7,7 @@ last line (``key=value ...``). Commands import their module lazily so ``--help``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -125,7 +125,7 @@ def bench_weights(
     """SmolLM2 as the shop agent: base vs LoRA SFT vs DPO on goodcase traces (CPU, ~40 min)."""
     from evoharness.evolve.benchmarks import weights
 
-    given = {
+    given: dict[str, Any] = {
         "val_tasks": val_tasks,
         "sft_steps": sft_steps,
         "dpo_steps": dpo_steps,

@@ -28,7 +28,7 @@ from evoharness.harness.tracing.schema import Column, Observation, Score, Trace
 log = logging.getLogger("evoharness.tracing")
 
 Kind = Literal["trace", "observation", "score"]
-STORE_VERSION = 2
+STORE_VERSION = 3
 """Version of the store's SQL layout (``store_schema`` table)."""
 
 
@@ -241,8 +241,13 @@ TABLES: dict[str, TableSpec] = {
 }
 """The store's tables, one per record kind."""
 MODELS: dict[str, type[BaseModel]] = {k: s.model for k, s in TABLES.items()}
+MESSAGES_SQL = (
+    "CREATE TABLE IF NOT EXISTS {name} (hash TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID"
+)
+"""Message bodies by content hash: one b-tree keyed by the hash (a rowid table would also
+keep a separate primary-key index, a second b-tree to update per new message)."""
 AUX_SQL = [
-    "CREATE TABLE IF NOT EXISTS messages (hash TEXT PRIMARY KEY, body TEXT NOT NULL)",
+    MESSAGES_SQL.format(name="messages"),
     "CREATE TABLE IF NOT EXISTS dead_letter (rowid INTEGER PRIMARY KEY, kind TEXT, body TEXT, "
     "error TEXT, at REAL)",
     "CREATE INDEX IF NOT EXISTS obs_trace ON observations(trace_id, start_time)",
@@ -257,6 +262,7 @@ MIGRATIONS: dict[int, str] = {
     1: "traces, observations, scores, messages, dead_letter",
     2: "traces.rollout_arm, traces.adapter_version, traces_artifacts, traces_tags, "
     "traces.seq; pending, version and session indexes; export_errors, writer_stats",
+    3: "messages rebuilt WITHOUT ROWID (one b-tree per message row)",
 }
 """What each store version added. Columns and side tables derived from the schema are
 added by :meth:`TableSpec.sync` whatever the version; a step that needs more than that
@@ -296,6 +302,8 @@ def migrate(conn: sqlite3.Connection) -> int:
         changed: list[str] = []
         for spec in TABLES.values():
             changed += spec.sync(conn)
+        if found and found < 3:
+            changed += _messages_without_rowid(conn)
         for stmt in AUX_SQL:
             conn.execute(stmt)
         for version in range(max(found, 0) + 1, STORE_VERSION + 1):
@@ -311,6 +319,24 @@ def migrate(conn: sqlite3.Connection) -> int:
             conn.execute("ROLLBACK")
         raise
     return found
+
+
+def _messages_without_rowid(conn: sqlite3.Connection) -> list[str]:
+    """Version 3: rebuild a rowid ``messages`` table as ``WITHOUT ROWID`` (same columns,
+    same rows; one pass over the table, inside the migration's transaction)."""
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE type='table' AND name='messages'")
+    found = row.fetchone()
+    if found is None or "WITHOUT ROWID" in found[0].upper():
+        return []
+    conn.execute("DROP TABLE IF EXISTS messages_v3")
+    conn.execute(MESSAGES_SQL.format(name="messages_v3"))
+    conn.execute(
+        "INSERT OR IGNORE INTO messages_v3 (hash, body) "
+        "SELECT hash, body FROM messages WHERE hash IS NOT NULL"
+    )
+    conn.execute("DROP TABLE messages")
+    conn.execute("ALTER TABLE messages_v3 RENAME TO messages")
+    return ["messages WITHOUT ROWID"]
 
 
 def storage_error(exc: BaseException) -> bool:

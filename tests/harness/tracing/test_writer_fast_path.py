@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +179,39 @@ def test_a_finished_run_releases_its_messages(tmp_path: Path) -> None:
     assert store.flush(10)
     assert T not in store._writer.preparer.chains
     store.close()
+
+
+def _table_sql(path: Path, name: str) -> str:
+    with sqlite3.connect(path) as conn:
+        row = conn.execute("SELECT sql FROM sqlite_master WHERE name=?", (name,)).fetchone()
+    return str(row[0])
+
+
+def test_a_version_2_store_gets_its_messages_rebuilt_without_rowid(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    store = TraceStore(path, linger_s=0)
+    h, a1, t1 = HumanMessage("hello"), AIMessage("one"), ToolMessage("out", tool_call_id="c1")
+    spans = [_gen(store, 0, [h]), _gen(store, 1, [h, a1, t1])]
+    assert store.close(10)
+    assert "WITHOUT ROWID" in _table_sql(path, "messages")  # a new store: the new layout
+    # make it what a version-2 store looks like: messages as a rowid table
+    with sqlite3.connect(path) as conn:
+        conn.executescript(
+            "CREATE TABLE old_messages (hash TEXT PRIMARY KEY, body TEXT NOT NULL);"
+            "INSERT INTO old_messages SELECT hash, body FROM messages;"
+            "DROP TABLE messages; ALTER TABLE old_messages RENAME TO messages;"
+            "DELETE FROM store_schema WHERE version = 3;"
+        )
+        before = conn.execute("SELECT hash, body FROM messages ORDER BY hash").fetchall()
+    assert len(before) == 3 and "WITHOUT ROWID" not in _table_sql(path, "messages")
+    reopened = TraceStore(path, linger_s=0)
+    assert "WITHOUT ROWID" in _table_sql(path, "messages")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT hash, body FROM messages ORDER BY hash").fetchall() == before
+        assert conn.execute("SELECT MAX(version) FROM store_schema").fetchone() == (3,)
+    got = {o.id: o.input for o in reopened.observations(T)}
+    assert [m["content"] for m in got[spans[1]]] == ["hello", "one", "out"]
+    spans.append(_gen(reopened, 2, [h, a1, t1, HumanMessage("more")]))  # writes still go in
+    assert reopened.close(10)
+    got = {o.id: o.input for o in TraceStore(path).observations(T)}
+    assert [m["content"] for m in got[spans[2]]] == ["hello", "one", "out", "more"]

@@ -344,14 +344,17 @@ class TraceWriter:
                 spec = TABLES[kind]
                 body = encode(data)
                 rows[kind].append(spec.row(data, body, now))
+                if not spec.sides:  # observations and scores: no side tables
+                    continue
                 for table, values in spec.side_rows(data).items():
                     owners.setdefault(table, []).append((data["id"],))
                     sides.setdefault(table, []).extend(values)
             conn.execute("BEGIN")
-            conn.executemany(
-                "INSERT OR IGNORE INTO messages VALUES (?,?)",
-                [(digest, e.body) for digest, e in new.items()],
-            )
+            if new:  # most batches of tool calls bring no message rows
+                conn.executemany(
+                    "INSERT OR IGNORE INTO messages VALUES (?,?)",
+                    [(digest, e.body) for digest, e in new.items()],
+                )
             for kind, spec in TABLES.items():
                 if rows[kind]:
                     conn.executemany(spec.upsert_sql, rows[kind])

@@ -13,7 +13,14 @@ Usage::
 
     .venv/bin/python scripts/callgrind_overhead.py            # all three agents
     .venv/bin/python scripts/callgrind_overhead.py --agents traced --keep out/
+    .venv/bin/python scripts/callgrind_overhead.py --agents writer   # the writer alone
     callgrind_annotate out/traced-3.out | head -60             # where the instructions go
+
+``writer`` is not an agent: it captures the traced agent's records (four runs, in every
+child alike) and replays one or three runs of them through the store writer's ``_write`` in
+the main thread, in batches of four (what callgrind's slowed-down linger makes); the
+difference is the preparation and SQL of two runs' records without the agent, the thread
+hand-offs or the linger waits, so a change to the writer shows up without their noise.
 
 To compare two versions side by side, run it once per checkout (each with its own
 ``PYTHONPATH`` view of the package) at the same time; instruction counts do not depend on
@@ -30,8 +37,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 AGENTS = ("bare", "harness", "traced")
+CHOICES = (*AGENTS, "writer")
+_CAPTURED_RUNS = 4  # the writer replay captures this many runs in every child
 
 
 def child(agent: str, runs: int, rounds: int) -> None:
@@ -50,6 +60,34 @@ def child(agent: str, runs: int, rounds: int) -> None:
                 raise SystemExit("store did not flush")
         if store is not None and not store.close(600):
             raise SystemExit("store did not close cleanly")
+
+
+def replay_writer(runs: int, rounds: int) -> None:
+    """Replay ``runs`` traced runs' records through the writer in this thread."""
+    from evoharness.evolve.benchmarks.overhead import build_agents, invoke_args
+    from evoharness.harness.tracing import TraceStore
+    from evoharness.harness.tracing._tables import connect
+
+    if runs > _CAPTURED_RUNS:
+        raise SystemExit(f"the writer replay holds {_CAPTURED_RUNS} runs")
+    with tempfile.TemporaryDirectory(prefix="evoharness-callgrind-") as tmp:
+        store = TraceStore(Path(tmp) / "traces.db")
+        writer = store._writer  # the private writer: this script measures its internals
+        captured: list[Any] = []
+        writer.enqueue = captured.append  # type: ignore[method-assign,assignment]
+        target = build_agents(rounds, store)["traced"]
+        payload, cfg = invoke_args(rounds)
+        per_run = []
+        for _ in range(_CAPTURED_RUNS):
+            start = len(captured)
+            target.invoke(payload, cfg)
+            per_run.append(captured[start:])
+        conn = connect(store.path)
+        gc.freeze()
+        for items in per_run[:runs]:
+            for i in range(0, len(items), 4):
+                writer._write(conn, items[i : i + 4])
+        conn.close()
 
 
 def count(agent: str, runs: int, rounds: int, out: Path) -> int:
@@ -77,12 +115,15 @@ def count(agent: str, runs: int, rounds: int, out: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--agents", nargs="+", choices=AGENTS, default=list(AGENTS))
+    parser.add_argument("--agents", nargs="+", choices=CHOICES, default=list(AGENTS))
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--keep", type=Path, help="keep the callgrind files in this folder")
-    parser.add_argument("--child", choices=AGENTS, help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=CHOICES, help=argparse.SUPPRESS)
     parser.add_argument("--runs", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child == "writer":
+        replay_writer(args.runs, args.rounds)
+        return 0
     if args.child:
         child(args.child, args.runs, args.rounds)
         return 0
@@ -101,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     bare = totals.get("bare")
     for agent, n in totals.items():
-        ratio = f" ({n / bare:.3f}x bare)" if bare else ""
+        ratio = f" ({n / bare:.3f}x bare)" if bare and agent in AGENTS else ""
         print(f"{agent}: {n / 1e6:.1f} M instructions per two {args.rounds}-round runs{ratio}")
     return 0
 

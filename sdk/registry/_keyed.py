@@ -26,6 +26,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from evoharness.sdk.registry.base import (
+    FULL_EVERY,
     ArtifactNotFound,
     ArtifactVersion,
     RegistryError,
@@ -35,7 +36,6 @@ from evoharness.sdk.registry.base import (
 
 KEYED = "$keyed"
 """The header key marking a keyed version's stored content."""
-FULL_EVERY = 16
 _CHUNK = 500  # ids per IN (...) list
 _MOD = 1 << 256
 

@@ -19,6 +19,9 @@ from pydantic import BaseModel, Field
 
 from evoharness.harness.errors import RunError
 
+FULL_EVERY = 16
+"""A keyed artifact stores a full copy at least every this many versions (deltas between)."""
+
 EventAction = Literal["publish", "label", "unlabel", "promote", "rollback", "status"]
 
 
@@ -155,7 +158,7 @@ class Registry(Protocol):
         base: int | None,
         metadata: dict[str, Any] | None = None,
         author: str = "evoharness",
-        full_every: int = 16,
+        full_every: int = FULL_EVERY,
     ) -> ArtifactVersion:
         """Publish a keyed version: version ``base``'s items with ``changes`` applied (id ->
         item, ``None`` removes), stored as a delta. Changes that change nothing publish

@@ -24,6 +24,7 @@ Needs the ``train`` extra (torch, transformers, peft).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -56,7 +57,6 @@ from evoharness.harness.control.reply_check import MALFORMED_KEY
 BASE = "base"
 """The version name that means the base model with no adapter."""
 
-_CACHE_ARG = ""  # resolved on first use (needs transformers)
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 
@@ -307,8 +307,7 @@ class AdapterPool:
         if temperature > 0:
             sample = {"do_sample": True, "temperature": temperature}
         prompt_ids: list[int] = enc["input_ids"][0].tolist()
-        global _CACHE_ARG
-        _CACHE_ARG = _CACHE_ARG or _cache_arg()
+        cache_arg = _cache_arg()
         with self._lock, self._select(version), torch.inference_mode():
             cache = self._take_prefix(version, prompt_ids)
             out = self.model.generate(
@@ -316,12 +315,12 @@ class AdapterPool:
                 max_new_tokens=max_new_tokens,
                 pad_token_id=self.tokenizer.pad_token_id,
                 eos_token_id=self.tokenizer.eos_token_id,
-                **{_CACHE_ARG: cache},
+                **{cache_arg: cache},
                 return_dict_in_generate=True,
                 **sample,
             )
             ids: list[int] = out.sequences[0].tolist()
-            self._keep_prefix(version, ids, getattr(out, _CACHE_ARG, None))
+            self._keep_prefix(version, ids, getattr(out, cache_arg, None))
         completion_ids = ids[len(prompt_ids) :]
         text = self.tokenizer.decode(completion_ids, skip_special_tokens=True)
         return text, prompt_ids, completion_ids
@@ -355,6 +354,7 @@ class AdapterPool:
         del self._prefixes[self.prefix_cache :]
 
 
+@functools.cache
 def _cache_arg() -> str:
     """``cache`` (transformers >= 5.2x) or ``past_key_values`` (older 5.x): the generate
     argument and output field that carry the attention cache."""

@@ -80,11 +80,23 @@ class EvolveState:
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA busy_timeout=30000")  # workers share the file
         self._conn.executescript(SCHEMA)
-        for table, column, kind in _ADDED:
-            have = {r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")}
-            if column not in have:
-                self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        self._migrate()
         self._lock = threading.Lock()
+
+    def _migrate(self) -> None:
+        """Add the columns of :data:`_ADDED` a database lacks. Workers open one new file at
+        the same moment: the check and the change run in one write transaction, so the
+        second opener sees the first one's columns instead of adding them again."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            for table, column, kind in _ADDED:
+                have = {r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")}
+                if column not in have:
+                    self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         """Close the connection."""

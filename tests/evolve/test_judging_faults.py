@@ -62,3 +62,40 @@ def test_app_recorded_scores_change_the_fingerprint_the_judges_own_do_not() -> N
     feedback = plain.model_copy(update={"scores": {"user_feedback": 1.0}})
     assert fingerprint(judged) == fingerprint(plain)
     assert fingerprint(feedback) != fingerprint(plain)
+
+
+def test_a_second_opener_does_not_add_the_migrated_columns_again(tmp_path: Path) -> None:
+    """Workers open one database at the same moment: while another connection is adding
+    the new columns, an opener waits for it and then finds them (it used to read the old
+    layout, then fail with ``duplicate column name``)."""
+    import sqlite3
+    import threading
+    import time
+
+    from evoharness.evolve import state as state_module
+
+    path = tmp_path / "s.db"
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("PRAGMA journal_mode=WAL")
+    # the first release's layout: judgments without the added columns
+    other.executescript(state_module.SCHEMA)
+    other.execute("BEGIN IMMEDIATE")
+    for table, column, kind in state_module._ADDED:
+        other.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    errors: list[BaseException] = []
+    opened: list[EvolveState] = []
+
+    def open_state() -> None:
+        try:
+            opened.append(EvolveState(path))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    opener = threading.Thread(target=open_state)
+    opener.start()
+    time.sleep(0.5)  # the opener is now waiting on the other writer
+    other.execute("COMMIT")
+    opener.join(30)
+    other.close()
+    assert errors == [] and len(opened) == 1
+    opened[0].close()

@@ -16,8 +16,10 @@ import re
 import typing
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from math import isfinite
+from typing import Any, Literal
 
+import orjson
 from langchain_core.messages import BaseMessage
 from pydantic_core import PydanticSerializationError, to_json, to_jsonable_python
 
@@ -44,20 +46,61 @@ _CHAIN_TRACES = 4096  # traces whose last generation input the writer remembers 
 _JSON = json.JSONEncoder(default=str)
 
 
-def encode(value: Any) -> str:
-    """A record or message body as JSON text.
+def _refuse(value: Any) -> Any:
+    raise TypeError("not plain JSON")  # orjson hands it back: the general encoder decides
 
-    pydantic-core's serializer (Rust: about six times cheaper per body than the C ``json``
-    encoder, which was a third of the writer's instructions), compact, keys in insertion
-    order, ``NaN``/``Infinity`` as ``json`` writes them, anything else through ``str``.
-    Bodies decode to what ``json.dumps(value, default=str)`` decodes to (tested). Keys are
-    not sorted: a message's record is built in one fixed order, so equal messages still get
-    equal bodies and hashes. What Rust cannot encode (a lone surrogate) goes through
-    ``json``."""
+
+_PLAIN = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+_PLAIN |= orjson.OPT_PASSTHROUGH_SUBCLASS
+
+
+def encode(value: Any) -> str:
+    """A record or message body as JSON text: compact, keys in insertion order.
+
+    Plain JSON values (dicts with ``str`` keys, lists, tuples, strings, 64-bit ints, floats,
+    booleans, ``None``) go through orjson, which writes byte for byte what pydantic-core's
+    serializer writes for them (tested; message hashes are unchanged) at less than half its
+    cost per call. Anything else (dates, dataclasses, subclasses of built-in types, int
+    keys, huge ints, lone surrogates) goes through pydantic-core, which encodes what it
+    knows and the rest through ``str``, and what Rust cannot encode through ``json``.
+
+    A ``NaN`` or ``±Infinity`` is written as ``null``, as the schema's JSON mode
+    (``model_dump(mode="json")``) does for payloads: JSON has no such numbers. The typed
+    number fields of a record keep them (:func:`encode_record`). Keys are not sorted: a
+    message's record is built in one fixed order, so equal messages get equal bodies and
+    hashes.
+    """
     try:
-        return to_json(value, fallback=str, inf_nan_mode="constants").decode()
+        return orjson.dumps(value, default=_refuse, option=_PLAIN).decode()
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return _general(value, "null")
+
+
+def _general(value: Any, inf_nan: Literal["null", "constants"]) -> str:
+    try:
+        return to_json(value, fallback=str, inf_nan_mode=inf_nan).decode()
     except (PydanticSerializationError, ValueError):
         return _JSON.encode(value)
+
+
+_NUMBERS = ("start_time", "end_time", "value", "created_at")
+"""The typed ``float`` fields of the record kinds (``value``: a score's number)."""
+
+
+def encode_record(data: dict[str, Any]) -> str:
+    """A validated record's body (:func:`encode`), except that a non-finite number in a
+    typed field (``start_time``, a score's ``value``, ``logprobs``...) keeps ``json``'s
+    ``NaN``/``Infinity`` token: as ``null`` the record would no longer validate when read.
+    """
+    get = data.get
+    for key in _NUMBERS:
+        v = get(key)
+        if v.__class__ is float and not isfinite(v):
+            return _general(data, "constants")
+    logprobs = get("logprobs")
+    if logprobs and not all(map(isfinite, logprobs)):
+        return _general(data, "constants")
+    return encode(data)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from evoharness.harness.events import EventLog
-from evoharness.harness.tracing._records import Cached, RecordPreparer, encode
+from evoharness.harness.tracing._records import Cached, RecordPreparer, encode_record
 from evoharness.harness.tracing._spill import (
     DEAD_SQL,
     Item,
@@ -50,6 +50,81 @@ def _in_loop() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+class Inbox:
+    """The writer's bounded queue: :class:`queue.Queue`'s interface on a C queue.
+
+    ``queue.Queue`` takes a Python-level condition on every put and get (about 0.9 µs each,
+    and the put is on the agent's hot path); here a put is a size check, a counter under a
+    C lock and a :class:`queue.SimpleQueue` append (about 0.15 µs). The bound is checked
+    before the append, so producers racing each other can overshoot it by at most their
+    number. ``task_done(n)`` finishes a whole batch at once and wakes whoever waits for
+    room (``put``) or for everything to be finished (``join``).
+    """
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._items: queue.SimpleQueue[Item] = queue.SimpleQueue()
+        self._count = threading.Lock()
+        self._added = 0
+        self._done = 0
+        self._changed = threading.Condition()
+
+    @property
+    def unfinished_tasks(self) -> int:
+        """Records put and not yet finished (queued, in the batch, or retained)."""
+        return self._added - self._done
+
+    def qsize(self) -> int:
+        return self._items.qsize()
+
+    def empty(self) -> bool:
+        return self._items.empty()
+
+    def put_nowait(self, item: Item) -> None:
+        self.put(item, block=False)
+
+    def put(self, item: Item, block: bool = True, timeout: float | None = None) -> None:
+        """Append ``item``; when the queue is full wait for room (at most ``timeout``
+        seconds) or, with ``block=False``, raise :class:`queue.Full` at once."""
+        if self._items.qsize() >= self.maxsize:
+            if not block:
+                raise queue.Full
+            deadline = None if timeout is None else time.monotonic() + timeout
+            with self._changed:
+                while self._items.qsize() >= self.maxsize:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise queue.Full
+                    self._changed.wait(left)
+        with self._count:
+            self._added += 1
+        self._items.put(item)
+
+    def get(self, timeout: float | None = None) -> Item:
+        """The next record; :class:`queue.Empty` after ``timeout`` seconds."""
+        return self._items.get(timeout=timeout)
+
+    def get_nowait(self) -> Item:
+        return self._items.get_nowait()
+
+    def task_done(self, n: int = 1) -> None:
+        """Mark ``n`` records finished (stored, spilled or dead-lettered)."""
+        with self._changed:
+            self._done += n
+            self._changed.notify_all()
+
+    def join(self, timeout: float) -> bool:
+        """Wait until every record put so far is finished; ``False`` on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self._added != self._done:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+        return True
 
 
 @dataclass
@@ -76,6 +151,9 @@ class WriterSettings:
     stale_check_s: float
     max_backoff_s: float
     ingest_attempts: int = 5
+    report_s: float = 1.0
+    """How often an idle writer writes what changed to ``writer_stats`` (a heartbeat
+    every ten of these when nothing did)."""
 
 
 class TraceWriter:
@@ -109,7 +187,7 @@ class TraceWriter:
         self.on_start = on_start
         self.health = WriterHealth()
         self.writer_id = f"{os.getpid()}-{os.urandom(4).hex()}"
-        self.queue: queue.Queue[Item] = queue.Queue(settings.queue_size)
+        self.queue = Inbox(settings.queue_size)
         self.thread: threading.Thread | None = None
         self._count_lock = threading.Lock()
         self._start_lock = threading.Lock()
@@ -232,11 +310,11 @@ class TraceWriter:
                     if now - last_stale >= cfg.stale_check_s:
                         last_stale = now
                         self._guard(conn, self._close_stale)
-                    if now - last_stats >= 1.0:  # what changed, each second; else a
-                        last_stats = now  # heartbeat every 10 s
+                    if now - last_stats >= cfg.report_s:  # what changed, each second;
+                        last_stats = now  # else a heartbeat every 10 s
                         h = self.health
                         state = (h.state, h.error, h.episodes, *self.stats.values())
-                        if state != reported or now - last_beat >= 10.0:
+                        if state != reported or now - last_beat >= 10 * cfg.report_s:
                             reported, last_beat = state, now
                             self._guard(conn, self.save_stats)
                     continue
@@ -313,8 +391,8 @@ class TraceWriter:
                         conn.execute(DEAD_SQL, dead_row(self.masker, item, one))  # autocommit
                         self.stats["dead"] += 1
         finally:
-            for _ in range(len(batch) - retained):
-                self.queue.task_done()
+            if len(batch) > retained:
+                self.queue.task_done(len(batch) - retained)
 
     def _divert(self, batch: list[Item]) -> int:
         """Spill a batch the database refused; keep it for a retry when spilling fails.
@@ -342,7 +420,7 @@ class TraceWriter:
                     dead.append(((kind, record), exc))
                     continue
                 spec = TABLES[kind]
-                body = encode(data)
+                body = encode_record(data)
                 rows[kind].append(spec.row(data, body, now))
                 if not spec.sides:  # observations and scores: no side tables
                     continue
@@ -551,22 +629,17 @@ class TraceWriter:
         """Wait until everything enqueued so far is stored (spill files included);
         ``False`` on timeout. The writer stops lingering meanwhile.
 
-        Waits on the queue's own condition (the writer's ``task_done`` wakes it when the
-        queue drains) instead of polling: a flush costs the caller no CPU while the
+        Waits on the queue's condition (the writer's ``task_done`` wakes it after each
+        batch) instead of polling: a flush costs the caller no CPU while the
         writer works. Spill files are polled (the idle writer ingests them)."""
         deadline = time.monotonic() + timeout
-        done = self.queue.all_tasks_done
         self.hurry.set()
         try:
             while True:
                 if self.thread is None and (self.queue.unfinished_tasks or self.spill.pending()):
                     self._start()
-                with done:
-                    while self.queue.unfinished_tasks:
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            return False
-                        done.wait(left)
+                if not self.queue.join(deadline - time.monotonic()):
+                    return False
                 if not (self.ingesting or self.spill.pending()):
                     return True
                 if time.monotonic() > deadline:

@@ -6,8 +6,8 @@ import hashlib
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
+from contextvars import ContextVar, Token
+from typing import NamedTuple
 
 
 def trace_id_for(run_id: str) -> str:
@@ -28,9 +28,10 @@ def new_span_id() -> str:
             return value
 
 
-@dataclass(frozen=True)
-class TraceContext:
-    """Where new observations attach: the current trace and the current parent span."""
+class TraceContext(NamedTuple):
+    """Where new observations attach: the current trace and the current parent span.
+
+    A named tuple (immutable, built in C): the tracer makes one per tool call."""
 
     trace_id: str
     span_id: str
@@ -42,6 +43,17 @@ _CURRENT: ContextVar[TraceContext | None] = ContextVar("evoharness_trace", defau
 def current_context() -> TraceContext | None:
     """The active trace context (set while an agent run or a tool call is in progress)."""
     return _CURRENT.get()
+
+
+def enter_context(ctx: TraceContext) -> Token[TraceContext | None]:
+    """Make ``ctx`` the active context until :func:`leave_context` (the tracer's per-call
+    form of :func:`use_context`, without a generator per call)."""
+    return _CURRENT.set(ctx)
+
+
+def leave_context(token: Token[TraceContext | None]) -> None:
+    """Restore the context active before :func:`enter_context`."""
+    _CURRENT.reset(token)
 
 
 @contextmanager

@@ -46,6 +46,8 @@ from evoharness.harness.events import EventLog, HarnessEvent
 from evoharness.harness.tracing.ids import (
     TraceContext,
     current_context,
+    enter_context,
+    leave_context,
     root_span_id,
     trace_id_for,
     use_context,
@@ -329,9 +331,10 @@ class Tracer:
         end: float | None = None,
     ) -> None:
         """Enqueue one model call (the messages exactly as the model saw them)."""
-        seen: list[BaseMessage] = list(request.messages)
-        if request.system_message is not None:
-            seen.insert(0, request.system_message)
+        system = request.system_message
+        seen: list[BaseMessage] = (
+            list(request.messages) if system is None else [system, *request.messages]
+        )
         run = self._runs.get(ctx.trace_id)
         if run is not None:
             run.generations += 1
@@ -617,15 +620,16 @@ class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
             return handler(request)
         span, start, seen = _span_id(), time.time(), _SeenTool()
         token = _SEEN_TOOL.set(seen)
+        here = enter_context(TraceContext(ctx.trace_id, span))  # sub-agents attach here
         try:
-            with use_context(TraceContext(ctx.trace_id, span)):  # sub-agents attach here
-                result = handler(request)
+            result = handler(request)
         except BaseException as exc:
             self.tracer.store.put_observation(
                 self._tool_record(ctx, span, request, seen.call, start, None, exc)
             )
             raise
         finally:
+            leave_context(here)
             _SEEN_TOOL.reset(token)
         self.tracer.store.put_observation(
             self._tool_record(ctx, span, request, seen.call, start, result, None)
@@ -642,15 +646,16 @@ class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
             return await handler(request)
         span, start, seen = _span_id(), time.time(), _SeenTool()
         token = _SEEN_TOOL.set(seen)
+        here = enter_context(TraceContext(ctx.trace_id, span))
         try:
-            with use_context(TraceContext(ctx.trace_id, span)):
-                result = await handler(request)
+            result = await handler(request)
         except BaseException as exc:
             self.tracer.store.put_observation(
                 self._tool_record(ctx, span, request, seen.call, start, None, exc)
             )
             raise
         finally:
+            leave_context(here)
             _SEEN_TOOL.reset(token)
         self.tracer.store.put_observation(
             self._tool_record(ctx, span, request, seen.call, start, result, None)

@@ -24,6 +24,7 @@ Usage::
     .venv/bin/python scripts/callgrind_overhead.py            # all three agents
     .venv/bin/python scripts/callgrind_overhead.py --agents traced --keep out/
     .venv/bin/python scripts/callgrind_overhead.py --agents writer   # the writer alone
+    .venv/bin/python scripts/callgrind_overhead.py --agents bare floor  # LangChain's floor
     callgrind_annotate out/traced-3.out | head -60             # where the instructions go
 
 ``writer`` is not an agent: it captures the traced agent's records (four runs, in every
@@ -51,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 AGENTS = ("bare", "harness", "traced")
-CHOICES = (*AGENTS, "writer")
+CHOICES = (*AGENTS, "floor", "writer")  # floor: one pass-through wrap middleware
 _CAPTURED_RUNS = 4  # the writer replay captures this many runs in every child
 
 
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     bare = totals.get("bare")
     for agent, n in totals.items():
-        ratio = f" ({n / bare:.3f}x bare)" if bare and agent in AGENTS else ""
+        ratio = f" ({n / bare:.3f}x bare)" if bare and agent != "writer" else ""
         print(f"{agent}: {n / 1e6:.1f} M instructions per two {args.rounds}-round runs{ratio}")
     return 0
 

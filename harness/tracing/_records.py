@@ -88,9 +88,10 @@ _NUMBERS = ("start_time", "end_time", "value", "created_at")
 
 
 def encode_record(data: dict[str, Any]) -> str:
-    """A validated record's body (:func:`encode`), except that a non-finite number in a
-    typed field (``start_time``, a score's ``value``, ``logprobs``...) keeps ``json``'s
-    ``NaN``/``Infinity`` token: as ``null`` the record would no longer validate when read.
+    """A validated record's body (:func:`encode`), except when a typed number field
+    (``start_time``, a score's ``value``, ``logprobs``...) is ``NaN`` or infinite: as
+    ``null`` the record would no longer validate when read, so such a body is written with
+    ``json``'s ``NaN``/``Infinity`` tokens throughout (as every body was before orjson).
     """
     get = data.get
     for key in _NUMBERS:

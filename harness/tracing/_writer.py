@@ -379,20 +379,29 @@ class TraceWriter:
                 log.warning("trace batch write failed (%r); retrying one by one", exc)
                 for i, item in enumerate(batch):
                     try:
-                        stored, dead = self._write(conn, [item])
-                        self.stats["stored"] += stored
-                        self.stats["dead"] += dead
-                    except Exception as one:
-                        self._rollback(conn)
-                        if storage_error(one):
-                            self._fall_sick(one)
-                            retained = self._divert(batch[i:])
-                            return
-                        conn.execute(DEAD_SQL, dead_row(self.masker, item, one))  # autocommit
-                        self.stats["dead"] += 1
+                        stored, dead = self._write_alone(conn, item)
+                    except Exception as one:  # a storage error
+                        self._fall_sick(one)
+                        retained = self._divert(batch[i:])
+                        return
+                    self.stats["stored"] += stored
+                    self.stats["dead"] += dead
         finally:
             if len(batch) > retained:
                 self.queue.task_done(len(batch) - retained)
+
+    def _write_alone(self, conn: sqlite3.Connection, item: Item) -> tuple[int, int]:
+        """Store one record, or dead-letter it (masked, with its error) when it cannot be
+        stored for a reason other than the database's storage; returns (stored, dead).
+        A storage error is rolled back and raised."""
+        try:
+            return self._write(conn, [item])
+        except Exception as exc:
+            self._rollback(conn)
+            if storage_error(exc):
+                raise
+            conn.execute(DEAD_SQL, dead_row(self.masker, item, exc))  # autocommit
+            return 0, 1
 
     def _divert(self, batch: list[Item]) -> int:
         """Spill a batch the database refused; keep it for a retry when spilling fails.
@@ -536,16 +545,9 @@ class TraceWriter:
             return
         good, bad = found
         for item in good:
-            try:
-                stored, dead = self._write(conn, [item])
-                self.stats["ingested"] += stored
-                self.stats["spill_dead"] += dead
-            except Exception as exc:
-                self._rollback(conn)
-                if storage_error(exc):
-                    raise
-                conn.execute(DEAD_SQL, dead_row(self.masker, item, exc))
-                self.stats["spill_dead"] += 1
+            stored, dead = self._write_alone(conn, item)
+            self.stats["ingested"] += stored
+            self.stats["spill_dead"] += dead
         self.spill.quarantine(conn, bad)
         self.stats["quarantined"] += len(bad)
         self.stats["spill_files_quarantined"] += 1

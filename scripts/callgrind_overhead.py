@@ -25,6 +25,7 @@ Usage::
     .venv/bin/python scripts/callgrind_overhead.py --agents traced --keep out/
     .venv/bin/python scripts/callgrind_overhead.py --agents writer   # the writer alone
     .venv/bin/python scripts/callgrind_overhead.py --agents bare floor  # LangChain's floor
+    .venv/bin/python scripts/callgrind_overhead.py --agents recorder rawwriter  # lower bounds
     callgrind_annotate out/traced-3.out | head -60             # where the instructions go
 
 ``writer`` is not an agent: it captures the traced agent's records (four runs, in every
@@ -32,6 +33,15 @@ child alike) and replays one or three runs of them through the store writer's ``
 the main thread, in batches of four (what callgrind's slowed-down linger makes); the
 difference is the preparation and SQL of two runs' records without the agent, the thread
 hand-offs or the linger waits, so a change to the writer shows up without their noise.
+
+``recorder`` and ``rawwriter`` are lower bounds, not usable configurations: the traced agent
+with the writer discarding every record (what the agent's side of tracing costs: the
+recorder, its context variables and the records it builds), and with the writer replaced by
+a raw dump (each record as orjson text, a message as its content only, one ``INSERT`` per
+record into one table, one transaction per run: no masking, no validation, no message rows,
+no indexes). A writer of this design (Python around orjson and SQLite) that stores anything
+durably costs at least ``rawwriter``; it stores secrets as they came and is never used
+outside this script.
 
 To compare two versions side by side, run it once per checkout (each with its own
 ``PYTHONPATH`` view of the package) at the same time; instruction counts do not depend on
@@ -52,7 +62,10 @@ from pathlib import Path
 from typing import Any
 
 AGENTS = ("bare", "harness", "traced")
-CHOICES = (*AGENTS, "floor", "writer")  # floor: one pass-through wrap middleware
+CHOICES = (*AGENTS, "floor", "writer", "recorder", "rawwriter")
+# floor: one pass-through wrap middleware; writer: the store writer replayed alone;
+# recorder, rawwriter: lower bounds of tracing (the module doc)
+_TRACED = ("traced", "recorder", "rawwriter")
 _CAPTURED_RUNS = 4  # the writer replay captures this many runs in every child
 
 
@@ -62,11 +75,16 @@ def child(agent: str, runs: int, rounds: int, wall_clock: bool) -> None:
     from evoharness.harness.tracing import TraceStore
 
     with tempfile.TemporaryDirectory(prefix="evoharness-callgrind-") as tmp:
-        store = TraceStore(Path(tmp) / "traces.db") if agent == "traced" else None
-        if store is not None and not wall_clock:  # native batching (see the module doc)
+        store = TraceStore(Path(tmp) / "traces.db") if agent in _TRACED else None
+        if store is not None:
             writer = store._writer  # the private writer: this script measures its internals
-            writer.settings = dataclasses.replace(writer.settings, linger_s=1e6, report_s=1e6)
-        target = build_agents(rounds, store)[agent]
+            if not wall_clock:  # native batching (see the module doc)
+                writer.settings = dataclasses.replace(writer.settings, linger_s=1e6, report_s=1e6)
+            if agent == "recorder":
+                writer.enqueue = lambda item: None  # type: ignore[method-assign]
+            elif agent == "rawwriter":
+                writer._write = _raw_write  # type: ignore[method-assign]
+        target = build_agents(rounds, store)["traced" if store is not None else agent]
         payload, cfg = invoke_args(rounds)
         gc.freeze()  # as the bench does: collections scan only what a run allocates
         for _ in range(runs):
@@ -75,6 +93,21 @@ def child(agent: str, runs: int, rounds: int, wall_clock: bool) -> None:
                 raise SystemExit("store did not flush")
         if store is not None and not store.close(600):
             raise SystemExit("store did not close cleanly")
+
+
+def _raw_write(conn: Any, batch: Any) -> tuple[int, int]:
+    """The ``rawwriter`` lower bound: each record dumped as it came (module doc)."""
+    import orjson
+
+    def content(value: Any) -> Any:  # a message object: its content only
+        return getattr(value, "content", None)
+
+    conn.execute("CREATE TABLE IF NOT EXISTS raw (kind TEXT, body TEXT)")
+    conn.execute("BEGIN")
+    rows = [(kind, orjson.dumps(record, default=content).decode()) for kind, record in batch]
+    conn.executemany("INSERT INTO raw VALUES (?,?)", rows)
+    conn.execute("COMMIT")
+    return len(batch), 0
 
 
 def replay_writer(runs: int, rounds: int) -> None:

@@ -55,9 +55,11 @@ import dataclasses
 import gc
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import tempfile
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,8 @@ def child(agent: str, runs: int, rounds: int, wall_clock: bool) -> None:
             if agent == "recorder":
                 writer.enqueue = lambda item: None  # type: ignore[method-assign]
             elif agent == "rawwriter":
+                with closing(sqlite3.connect(store.path)) as conn:
+                    conn.execute("CREATE TABLE raw (kind TEXT, body TEXT)")
                 writer._write = _raw_write  # type: ignore[method-assign]
         target = build_agents(rounds, store)["traced" if store is not None else agent]
         payload, cfg = invoke_args(rounds)
@@ -102,7 +106,6 @@ def _raw_write(conn: Any, batch: Any) -> tuple[int, int]:
     def content(value: Any) -> Any:  # a message object: its content only
         return getattr(value, "content", None)
 
-    conn.execute("CREATE TABLE IF NOT EXISTS raw (kind TEXT, body TEXT)")
     conn.execute("BEGIN")
     rows = [(kind, orjson.dumps(record, default=content).decode()) for kind, record in batch]
     conn.executemany("INSERT INTO raw VALUES (?,?)", rows)

@@ -21,19 +21,7 @@ from evoharness.evolve.judge import (
     Verdict,
     verdict_from,
 )
-from evoharness.evolve.memory import (
-    LessonEntry,
-    MemoryEntry,
-    MemoryOp,
-    MemoryRetriever,
-    MemoryStore,
-    StrategyEntry,
-    apply_feedback,
-    confidence,
-    reduce_ops,
-    render_reference,
-    similarity,
-)
+from evoharness.evolve.memory import MemoryOp, apply_feedback, confidence, reduce_ops
 from evoharness.evolve.routing import (
     DiagnosisPackage,
     RouteConfig,
@@ -52,6 +40,13 @@ from evoharness.evolve.traces import (
     ToolCallRecord,
     TraceSource,
     build_episode,
+)
+from evoharness.sdk.memory import (
+    MemoryEntry,
+    MemoryRetriever,
+    MemoryStore,
+    render_reference,
+    similarity,
 )
 
 __all__ = [
@@ -73,7 +68,6 @@ __all__ = [
     "LLMCurator",
     "LLMJudge",
     "LangfuseTraceSource",
-    "LessonEntry",
     "LocalTraceSource",
     "MemoryEntry",
     "MemoryOp",
@@ -88,7 +82,6 @@ __all__ = [
     "RuleProposer",
     "ScoreEvidence",
     "SessionView",
-    "StrategyEntry",
     "ToolCallRecord",
     "TraceSource",
     "Verdict",

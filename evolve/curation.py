@@ -11,7 +11,9 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import ValidationError
 
 from evoharness.evolve._json import extract_json
-from evoharness.evolve.memory import MemoryEntry, MemoryOp, similarity, words
+from evoharness.evolve.memory import MemoryOp
+from evoharness.harness.text import content_words
+from evoharness.sdk.memory import MemoryEntry, similarity
 
 PatternFn = Callable[[str], str]
 CaseKeyFn = Callable[[str, Mapping[str, Any]], str]
@@ -22,7 +24,7 @@ def default_pattern(query: str) -> str:
     seen: list[str] = []
     for w in query.lower().split():
         w = w.strip(".,;:!?")
-        if w in words(w) and w not in seen and not w.isdigit():
+        if w in content_words(w) and w not in seen and not w.isdigit():
             seen.append(w)
     return " ".join(seen[:6])
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from evoharness.evolve.curation import Proposer
 from evoharness.evolve.jobs import Grader, JudgeReport, judge_episodes
 from evoharness.evolve.layers import LayerRouting, summarize_decisions
-from evoharness.evolve.memory import MemoryStore, apply_feedback, reduce_ops
+from evoharness.evolve.memory import apply_feedback, reduce_ops
 from evoharness.evolve.monitor import is_internal
 from evoharness.evolve.routing import (
     RouteConfig,
@@ -23,6 +23,7 @@ from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import Episode, EpisodeFilter, TraceSource
 from evoharness.harness.tracing import TraceStore
+from evoharness.sdk.memory import MemoryStore
 from evoharness.sdk.registry import GuardRuleVersions
 
 

@@ -19,11 +19,11 @@ from evoharness.evolve.environment import (
     runtime_of,
 )
 from evoharness.evolve.jobs import judge_episodes
-from evoharness.evolve.memory import MemoryEntry, MemoryRetriever, MemoryStore, render_reference
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import Environment
+from evoharness.sdk.memory import MemoryEntry, MemoryStore, memory_provider
 from evoharness.sdk.registry import GuardRuleVersions, active_guard_rules, open_registry
 from evoharness.sdk.runner import RunReport, TaskResult, run_tasks
 
@@ -43,19 +43,6 @@ class DemoResult(BaseModel):
     phases: list[Phase]
     cycle: CycleReport
     learned: list[MemoryEntry]
-
-
-def memory_provider(
-    store: MemoryStore, k: int = 3
-) -> Callable[[str, str | None], tuple[list[str], str]]:
-    """A reference provider for the harness: retrieve, render, return ids and text."""
-    retriever = MemoryRetriever(store, k=k)
-
-    def provide(query: str, user_id: str | None) -> tuple[list[str], str]:
-        entries = retriever.retrieve(query, user_id=user_id)
-        return [e.id for e in entries], render_reference(entries)
-
-    return provide
 
 
 def run_demo(

@@ -58,19 +58,14 @@ from evoharness.evolve.environment import (
     build_rubrics,
     load_plugin,
 )
-from evoharness.evolve.memory import (
-    MemoryEntry,
-    MemoryOp,
-    MemoryRetriever,
-    MemoryStore,
-    reduce_ops,
-)
+from evoharness.evolve.memory import MemoryOp, reduce_ops
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource
 from evoharness.harness.context import ContextConfig, ContextMiddleware
 from evoharness.harness.tracing import Tracer, TraceStore
-from evoharness.harness.tracing.store import Kind
+from evoharness.harness.tracing.store import RecordKind
 from evoharness.sdk.environment import load_environment
+from evoharness.sdk.memory import MemoryEntry, MemoryRetriever, MemoryStore
 from evoharness.sdk.runner import run_tasks
 
 Echo = Callable[[str], None]
@@ -413,7 +408,7 @@ def time_drain(base: Path, work: Path, backlog: int) -> tuple[float, int]:
     store = TraceStore(path)
     records = 0
     t0 = time.perf_counter()
-    kinds: tuple[Kind, ...] = ("trace", "observation", "score")
+    kinds: tuple[RecordKind, ...] = ("trace", "observation", "score")
     for kind in kinds:
         while rows := store.pending(kind, limit=500):
             records += store.mark_exported(kind, [(b["id"], u) for b, u in rows])

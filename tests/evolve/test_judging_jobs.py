@@ -25,12 +25,12 @@ from evoharness.evolve.environment import build_judge, build_proposer, build_rub
 from evoharness.evolve.jobs import judge_episodes
 from evoharness.evolve.judge import JUDGE_PROMPT, Judge, LLMJudge, RuleJudge
 from evoharness.evolve.judge_prompts import JudgePrompts
-from evoharness.evolve.memory import MemoryStore
 from evoharness.evolve.rubric import RUBRIC_PROMPT, RubricGenerator
 from evoharness.evolve.sessions import judge_session, sessions
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource, ToolCallRecord
 from evoharness.harness.tracing import Tracer, TraceStore
+from evoharness.sdk.memory import MemoryStore
 from evoharness.sdk.registry import open_registry
 from evoharness.sdk.runner import run_tasks
 from evoharness.sdk.testing import ScriptedChatModel

@@ -29,13 +29,13 @@ from evoharness.evolve.layers import (
     record_decisions,
     summarize_decisions,
 )
-from evoharness.evolve.memory import MemoryEntry, MemoryStore
 from evoharness.evolve.monitor import Finding, record_findings
 from evoharness.evolve.routing import package
 from evoharness.evolve.rubric import ItemResult, Rubric, RubricItem
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import Episode, LocalTraceSource
 from evoharness.harness.tracing import TraceStore, new_span_id, root_span_id, trace_id_for
+from evoharness.sdk.memory import MemoryEntry, MemoryStore
 from evoharness.sdk.registry import open_registry
 
 T0 = 1_700_000_000.0

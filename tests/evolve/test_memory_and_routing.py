@@ -9,19 +9,7 @@ import pytest
 
 from evoharness.evolve.jobs import judge_episodes
 from evoharness.evolve.judge import Verdict
-from evoharness.evolve.memory import (
-    DAY,
-    LessonEntry,
-    MemoryEntry,
-    MemoryOp,
-    MemoryRetriever,
-    MemoryStore,
-    StrategyEntry,
-    apply_feedback,
-    confidence,
-    reduce_ops,
-    render_reference,
-)
+from evoharness.evolve.memory import DAY, MemoryOp, apply_feedback, confidence, reduce_ops
 from evoharness.evolve.routing import (
     RouteConfig,
     propose_guard_rules,
@@ -31,6 +19,14 @@ from evoharness.evolve.rubric import Rubric, RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.evolve.traces import Episode
 from evoharness.harness import GuardRule, GuardRuleSet
+from evoharness.sdk.memory import (
+    MemoryEntry,
+    MemoryRetriever,
+    MemoryStore,
+    lesson_entry,
+    render_reference,
+    strategy_entry,
+)
 from evoharness.sdk.registry import ArtifactNotFound, GuardRuleVersions, open_registry
 
 NOW = 1_800_000_000.0
@@ -79,7 +75,7 @@ def test_routing_thresholds() -> None:
 
 # -- memory reducer --------------------------------------------------------------------------
 def strategy(summary: str, refs: list[str], pattern: str = "kitchen") -> MemoryEntry:
-    return StrategyEntry(query_pattern=pattern, summary=summary, references=refs, score=0.9)
+    return strategy_entry(query_pattern=pattern, summary=summary, references=refs, score=0.9)
 
 
 def test_reducer_is_order_independent() -> None:
@@ -88,7 +84,7 @@ def test_reducer_is_order_independent() -> None:
         MemoryOp(op="ADD", entry=strategy("planner -> search -> ship -> summary", ["t1"])),
         MemoryOp(
             op="ADD",
-            entry=LessonEntry(
+            entry=lesson_entry(
                 query_pattern="kitchen",
                 summary="Avoid: skip",
                 avoid_hints=["never skip shipping_calc"],
@@ -124,7 +120,7 @@ def test_reducer_dedupes_and_keeps_provenance() -> None:
 
 def test_ids_are_stable() -> None:
     assert strategy("x y", []).id == strategy("x  Y", []).id
-    assert strategy("x y", []).id != LessonEntry(query_pattern="kitchen", summary="x y").id
+    assert strategy("x y", []).id != lesson_entry(query_pattern="kitchen", summary="x y").id
 
 
 def test_decay_boost_penalty_and_retirement() -> None:
@@ -150,13 +146,13 @@ def test_retrieval_top_k_relevance_and_preferences(tmp_path: Path) -> None:
             update={"confidence": 0.9}
         ),
         strategy("search -> summary", ["t2"], "books").model_copy(update={"confidence": 0.9}),
-        LessonEntry(
+        lesson_entry(
             query_pattern="kitchen",
             summary="Avoid: no summary",
             confidence=0.8,
             avoid_hints=["always finish with shopping_summary"],
         ),
-        LessonEntry(
+        lesson_entry(
             query_pattern="kitchen",
             summary="Avoid: skipped shipping",
             confidence=0.3,

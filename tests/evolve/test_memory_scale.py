@@ -11,17 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from evoharness.evolve.embeddings import VectorIndex
-from evoharness.evolve.memory import (
-    MemoryEntry,
-    MemoryOp,
-    MemoryRetriever,
-    MemoryStore,
-    _merge,
-    _op_key,
-    reduce_ops,
-    similarity,
-)
+from evoharness.evolve.memory import MemoryOp, _merge, _op_key, reduce_ops
+from evoharness.sdk.memory import MemoryEntry, MemoryRetriever, MemoryStore, similarity
+from evoharness.sdk.memory.embeddings import VectorIndex
 
 VOCAB = [
     "search",

@@ -6,7 +6,7 @@ import random
 import sqlite3
 from pathlib import Path
 
-from evoharness.evolve.memory import MemoryEntry, MemoryStore
+from evoharness.sdk.memory import MemoryEntry, MemoryStore
 
 from .test_memory_scale import make_entry
 

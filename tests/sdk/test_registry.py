@@ -513,7 +513,7 @@ def test_guard_rules_reach_the_agent_through_the_harness(reg: Registry) -> None:
 
 
 def test_memory_snapshots_publish_restore_rollback_audit(registry_url: str, tmp_path: Path) -> None:
-    from evoharness.evolve.memory import MemoryEntry, MemoryStore
+    from evoharness.sdk.memory import MemoryEntry, MemoryStore
 
     def entry(summary: str) -> MemoryEntry:
         return MemoryEntry(kind="strategy", query_pattern="kitchen", summary=summary)

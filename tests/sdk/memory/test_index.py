@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from evoharness.evolve.memory import MemoryEntry, MemoryRetriever, MemoryStore, words
-from evoharness.evolve.memory_index import LexicalIndex, MemoryIndex, weight
+from evoharness.harness.text import content_words
+from evoharness.sdk.memory import MemoryEntry, MemoryRetriever, MemoryStore
+from evoharness.sdk.memory.index import LexicalIndex, MemoryIndex, weight
 
 
 def brute_top(
@@ -115,13 +116,13 @@ def test_memory_index_tracks_kinds_preferences_and_retirement() -> None:
     lesson = MemoryEntry(kind="lesson", query_pattern="p", summary="compare shipping")
     pref = MemoryEntry(kind="preference", query_pattern="p", summary="likes wool", user_id="u1")
     for e in (s, lesson, pref):
-        index.add(e, words(e.text))
+        index.add(e, content_words(e.text))
     assert index.ranked(s.id) and index.ranked(lesson.id) and not index.ranked(pref.id)
     assert index.preferences == {"u1": [pref.id]}
-    assert index.postings["strategy"].top(words("compare prices"), 3, 0.05) == [s.id]
-    index.add(s.model_copy(update={"retired": True}), words(s.text))
+    assert index.postings["strategy"].top(content_words("compare prices"), 3, 0.05) == [s.id]
+    index.add(s.model_copy(update={"retired": True}), content_words(s.text))
     assert s.id not in index.entries and not index.ranked(s.id)
-    assert index.postings["strategy"].top(words("compare prices"), 3, 0.05) == []
+    assert index.postings["strategy"].top(content_words("compare prices"), 3, 0.05) == []
     index.remove(pref.id)
     assert index.preferences == {"u1": []}
     assert weight(0.0) == 0.05 and weight(0.7) == 0.7

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from evoharness.evolve.memory import MemoryEntry
+    from evoharness.sdk.memory.entries import MemoryEntry
 
 _LAST_ID = chr(0x10FFFF)  # sorts after every id
 COMPACT_AT = 1024

@@ -1,0 +1,87 @@
+"""Memory entries: strategies, lessons and preferences, with stable content-derived ids.
+
+The runtime half of memory (these entries, the live store, the indexes and the retriever)
+lives in the SDK so an application's agent can be served a memory snapshot through the
+session door; evolve keeps only curation (proposing and reducing operations).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, TypeAdapter
+
+from evoharness.harness.text import content_words
+
+EntryKind = Literal["strategy", "lesson", "preference"]
+"""What a memory entry is: learned from goodcases, from badcases, or a user's preference."""
+MEMORY = "memory"
+"""The registry artifact kind of memory snapshots."""
+
+
+def similarity(a: str, b: str) -> float:
+    """Lexical similarity: Jaccard over content words (the offline default)."""
+    wa, wb = content_words(a), content_words(b)
+    return len(wa & wb) / len(wa | wb) if wa and wb else 0.0
+
+
+def uncached_words(text: str) -> frozenset[str]:
+    """:func:`~evoharness.harness.text.content_words` without its shared cache, for texts
+    seen once (memory entries: the cache would thrash)."""
+    return content_words.__wrapped__(text)
+
+
+Similarity = Callable[[str, str], float]
+"""``(a, b) -> relevance``; swap in embeddings when installed."""
+
+
+class MemoryEntry(BaseModel):
+    """One item of memory. ``id`` is derived from kind, pattern and text (stable)."""
+
+    id: str = ""
+    kind: EntryKind
+    query_pattern: str
+    summary: str
+    tool_hints: list[str] = Field(default_factory=list)
+    key_decisions: list[str] = Field(default_factory=list)
+    avoid_hints: list[str] = Field(default_factory=list)
+    score: float = Field(0.5, ge=0.0, le=1.0)
+    confidence: float = Field(0.5, ge=0.0, le=1.0)
+    helpful: int = 0
+    harmful: int = 0
+    references: list[str] = Field(default_factory=list, description="provenance trace ids")
+    user_id: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    retired: bool = False
+
+    def model_post_init(self, _: Any) -> None:
+        if not self.id:
+            self.id = entry_id(self.kind, self.query_pattern, self.summary)
+
+    @property
+    def text(self) -> str:
+        """What retrieval matches against."""
+        return f"{self.query_pattern} {self.summary} {' '.join(self.avoid_hints)}"
+
+
+def strategy_entry(**fields: Any) -> MemoryEntry:
+    """A strategy learned from goodcases (pattern, summary, tool hints, key decisions)."""
+    return MemoryEntry(kind="strategy", **fields)
+
+
+def lesson_entry(**fields: Any) -> MemoryEntry:
+    """A lesson learned from badcases (pattern, what went wrong, avoid hints)."""
+    return MemoryEntry(kind="lesson", **fields)
+
+
+ENTRY_LIST = TypeAdapter(list[MemoryEntry])
+"""Validates many stored entries in one call (a JSON array), not one call per row."""
+
+
+def entry_id(kind: str, pattern: str, summary: str) -> str:
+    """Stable id: the same content always gets the same id."""
+    norm = " ".join(f"{pattern} {summary}".lower().split())
+    return f"{kind[0]}-{hashlib.sha256(f'{kind}|{norm}'.encode()).hexdigest()[:10]}"

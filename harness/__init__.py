@@ -1,6 +1,5 @@
 """The harness: LangChain ``AgentMiddleware`` implementations and their building blocks."""
 
-from evoharness.harness._json import first_json_object
 from evoharness.harness.breaker.middleware import (
     CircuitBreakerMiddleware,
     error_result,
@@ -27,7 +26,6 @@ from evoharness.harness.errors import (
     HookError,
     MissingExtraError,
     RunError,
-    ScriptExhaustedError,
 )
 from evoharness.harness.events import EventLog, HarnessEvent
 from evoharness.harness.extras import require_extra
@@ -51,6 +49,7 @@ from evoharness.harness.hooks.middleware import (
     hook,
     session_scope,
 )
+from evoharness.harness.json_text import first_json_object
 from evoharness.harness.stack import HarnessConfig, default_middleware, events_of
 from evoharness.harness.tokens import approx_message_tokens, approx_tokens, message_text
 
@@ -88,7 +87,6 @@ __all__ = [
     "ReplyCheckConfig",
     "ReplyCheckMiddleware",
     "RunError",
-    "ScriptExhaustedError",
     "SessionScope",
     "StepAssertion",
     "TokenBudgetMiddleware",

@@ -76,18 +76,3 @@ class HookError(RunError):
         super().__init__(message)
         self.point = point
         self.hook = hook
-
-
-class ScriptExhaustedError(RunError):
-    """A :class:`~evoharness.sdk.testing.ScriptedChatModel` was called after its last reply.
-
-    Attributes:
-        calls: How many calls the script answered before running out.
-    """
-
-    def __init__(self, calls: int) -> None:
-        super().__init__(
-            f"ScriptedChatModel ran out of scripted replies after {calls} call(s); "
-            "add replies to the script or pass a policy callable."
-        )
-        self.calls = calls

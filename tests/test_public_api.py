@@ -58,8 +58,8 @@ def test_every_public_exception_pickles_with_its_attributes() -> None:
         HookError,
         MissingExtraError,
         RunError,
-        ScriptExhaustedError,
     )
+    from evoharness.sdk.testing import ScriptExhaustedError
 
     samples = [
         ConfigError("bad option", field="x"),

@@ -34,8 +34,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from evoharness.harness import EventLog, HarnessConfig, ScriptExhaustedError, default_middleware
-from evoharness.sdk.testing import ScriptedChatModel
+from evoharness.harness import EventLog, HarnessConfig, default_middleware
+from evoharness.sdk.testing import ScriptedChatModel, ScriptExhaustedError
 
 Responder = Callable[[str, dict[str, Any], int], str]
 """(tool, args, how many calls of that tool came before) -> the tool's result."""

@@ -18,7 +18,7 @@ from evoharness.harness.context.summary import (
     safe_cut,
     tool_pairs_intact,
 )
-from evoharness.harness.context.tokens import TokenCounter
+from evoharness.harness.tokens import TokenCounter
 
 __all__ = [
     "ColdStore",

@@ -54,8 +54,8 @@ from evoharness.harness.context.summary import (
     repair_tool_pairs,
     safe_cut,
 )
-from evoharness.harness.context.tokens import TokenCounter
 from evoharness.harness.events import EventLog
+from evoharness.harness.tokens import TokenCounter
 
 
 class ContextConfig(BaseModel):

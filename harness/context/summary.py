@@ -11,6 +11,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import BaseModel, Field
 
 from evoharness.harness._messages import text_of
+from evoharness.harness.json_text import first_json_object
 
 SUMMARY_PROMPT = """Summarise the earlier part of an agent session for the agent itself.
 Return JSON only with these keys: "user_need", "constraints_and_preferences" (list),
@@ -153,8 +154,6 @@ class Summarizer:
 
     def _parse(self, text: str, previous: str) -> StructuredSummary | None:
         """The structured summary in ``text``, or ``None`` if it has none of the fields."""
-        from evoharness.harness._json import first_json_object
-
         data = first_json_object(text)
         if not isinstance(data, dict) or not any(k in data for k in SUMMARY_FIELDS):
             return None

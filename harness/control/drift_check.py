@@ -21,7 +21,8 @@ from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
 from evoharness.harness.text import content_words
 
-Verdict = Literal["normal", "light", "severe"]
+DriftLevel = Literal["normal", "light", "severe"]
+"""How far the agent drifted, in the checker's words."""
 CHECKER_PROMPT = (
     "You check whether an agent drifted from the user's request. Answer with exactly one "
     "word: normal (on track), light (slightly off), or severe (working on something else)."
@@ -35,7 +36,7 @@ DRIFT_KEY = "evoharness_drift"
 class DriftVerdict(TypedDict):
     """The drift check's verdict on a suspicious round."""
 
-    verdict: Verdict
+    verdict: DriftLevel
     overlap: float
     severe_streak: int
     force: bool
@@ -46,25 +47,20 @@ def _model_calls(messages: Sequence[AnyMessage]) -> int:
     return history_stats(messages).model_calls
 
 
-def words(text: str) -> frozenset[str]:
-    """Content words of ``text`` (see :func:`evoharness.harness.text.content_words`)."""
-    return content_words(text)
-
-
 def overlap(request: str, actions: Sequence[str]) -> float:
     """Share of the request's content words that appear in the recent actions."""
-    want = words(request)
+    want = content_words(request)
     if not want:
         return 1.0
-    seen = frozenset().union(*(words(a) for a in actions))  # per action: cached
+    seen = frozenset().union(*(content_words(a) for a in actions))  # per action: cached
     return len(want & seen) / len(want)
 
 
-def parse_verdict(text: str) -> Verdict | None:
+def parse_verdict(text: str) -> DriftLevel | None:
     """The first verdict word in a checker's reply, or ``None`` if it gave none."""
     for w in re.findall(r"[a-z]+", text.lower()):
         if w in ("normal", "light", "severe"):
-            return cast(Verdict, w)
+            return cast(DriftLevel, w)
     return None
 
 
@@ -142,7 +138,7 @@ class DriftCheckMiddleware(AgentMiddleware[Any, Any, Any]):
         return 0
 
     def _decide(
-        self, messages: Sequence[AnyMessage], verdict: Verdict, score: float
+        self, messages: Sequence[AnyMessage], verdict: DriftLevel, score: float
     ) -> DriftVerdict:
         streak = self._previous_streak(messages) + 1 if verdict == "severe" else 0
         force = streak >= self.severe_limit and self.terminal_tool is not None

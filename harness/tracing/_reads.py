@@ -16,7 +16,7 @@ from pydantic_core import from_json
 
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.tracing._records import MESSAGES_REF
-from evoharness.harness.tracing._tables import TABLES, Kind, connect
+from evoharness.harness.tracing._tables import TABLES, RecordKind, connect
 from evoharness.harness.tracing.query import TraceQuery
 from evoharness.harness.tracing.schema import Observation, Score, Trace, migrate_trace
 
@@ -334,7 +334,7 @@ class TraceReader:
 
     # -- export bookkeeping ----------------------------------------------------------------
     def pending(
-        self, kind: Kind, limit: int = 500, *, running_started_before: float | None = None
+        self, kind: RecordKind, limit: int = 500, *, running_started_before: float | None = None
     ) -> list[tuple[dict[str, Any], float]]:
         """Un-exported records of ``kind`` as (body, updated_at), oldest first (an index
         range scan: linear in what it returns, not in the backlog).
@@ -361,7 +361,7 @@ class TraceReader:
                 self._resolve(conn, [b for b, _ in out])
         return out
 
-    def has_pending(self, kind: Kind) -> bool:
+    def has_pending(self, kind: RecordKind) -> bool:
         """Whether any record of ``kind`` waits for export (one index probe)."""
         with self._conn() as conn:
             return (
@@ -371,7 +371,7 @@ class TraceReader:
                 is not None
             )
 
-    def mark_exported(self, kind: Kind, versions: Sequence[tuple[str, float]]) -> int:
+    def mark_exported(self, kind: RecordKind, versions: Sequence[tuple[str, float]]) -> int:
         """Mark (id, updated_at) pairs exported; a row updated since keeps pending."""
         if not versions:
             return 0
@@ -387,7 +387,7 @@ class TraceReader:
             conn.execute("COMMIT")
             return cur.rowcount
 
-    def mark_failed(self, kind: Kind, errors: Sequence[tuple[str, str]]) -> None:
+    def mark_failed(self, kind: RecordKind, errors: Sequence[tuple[str, str]]) -> None:
         """Record why the server rejected records (they stay pending and are retried)."""
         if not errors:
             return
@@ -398,7 +398,7 @@ class TraceReader:
                 [(kind, i, e, time.time()) for i, e in errors],
             )
 
-    def export_errors(self, kind: Kind | None = None) -> dict[str, str]:
+    def export_errors(self, kind: RecordKind | None = None) -> dict[str, str]:
         """The last export error per record id still pending after a rejection."""
         with self._conn() as conn:
             sql = "SELECT id, error FROM export_errors"

@@ -27,7 +27,8 @@ from evoharness.harness.tracing.schema import Column, Observation, Score, Trace
 
 log = logging.getLogger("evoharness.tracing")
 
-Kind = Literal["trace", "observation", "score"]
+RecordKind = Literal["trace", "observation", "score"]
+"""The three kinds of record a store holds (one table each)."""
 STORE_VERSION = 3
 """Version of the store's SQL layout (``store_schema`` table)."""
 

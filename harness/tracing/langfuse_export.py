@@ -34,7 +34,7 @@ from typing import Any
 from evoharness.harness.errors import ConfigError, MissingExtraError
 from evoharness.harness.tracing.ids import root_span_id
 from evoharness.harness.tracing.langfuse_codec import score_request, span_attributes
-from evoharness.harness.tracing.store import Kind, TraceStore
+from evoharness.harness.tracing.store import RecordKind, TraceStore
 
 try:
     import langfuse
@@ -221,7 +221,7 @@ class LangfuseExporter:
         """Whether ``trace_id`` is exported (deterministic: the same answer every time)."""
         return self.sample_rate >= 1.0 or int(trace_id[:8], 16) / 0xFFFFFFFF < self.sample_rate
 
-    def _take(self, kind: Kind, trace_key: str) -> list[tuple[dict[str, Any], float]]:
+    def _take(self, kind: RecordKind, trace_key: str) -> list[tuple[dict[str, Any], float]]:
         rows = self.store.pending(
             kind, self.batch_size, running_started_before=time.time() - self.stale_after_s
         )

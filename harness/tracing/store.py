@@ -38,7 +38,7 @@ from evoharness.harness.tracing._spill import SpillFile
 from evoharness.harness.tracing._tables import (
     STORE_VERSION,
     TABLES,
-    Kind,
+    RecordKind,
     TableSpec,
     close_stale,
     connect,
@@ -59,7 +59,7 @@ __all__ = [
     "STORE_VERSION",
     "TABLES",
     "FullPolicy",
-    "Kind",
+    "RecordKind",
     "TableSpec",
     "TraceQuery",
     "TraceStore",
@@ -187,7 +187,7 @@ class TraceStore(TraceReader):
         return self._writer.writer_id
 
     # -- hot path --------------------------------------------------------------------------
-    def put(self, kind: Kind, record: dict[str, Any]) -> None:
+    def put(self, kind: RecordKind, record: dict[str, Any]) -> None:
         """Enqueue a record (a dict shaped like the schema model of ``kind``).
 
         Cost: a queue append. When the queue is full, ``block`` waits once (at most

@@ -15,11 +15,26 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
-from evoharness.harness import ScriptExhaustedError, approx_message_tokens
+from evoharness.harness import RunError, approx_message_tokens
 
 Reply = AIMessage | str
 Policy = Callable[[list[BaseMessage]], Reply]
 TokenCounter = Callable[[Sequence[BaseMessage]], int]
+
+
+class ScriptExhaustedError(RunError):
+    """A :class:`~evoharness.sdk.testing.ScriptedChatModel` was called after its last reply.
+
+    Attributes:
+        calls: How many calls the script answered before running out.
+    """
+
+    def __init__(self, calls: int) -> None:
+        super().__init__(
+            f"ScriptedChatModel ran out of scripted replies after {calls} call(s); "
+            "add replies to the script or pass a policy callable."
+        )
+        self.calls = calls
 
 
 class ScriptedChatModel(BaseChatModel):

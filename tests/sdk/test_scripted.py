@@ -7,8 +7,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
-from evoharness.harness import ScriptExhaustedError
-from evoharness.sdk.testing import ScriptedChatModel
+from evoharness.sdk.testing import ScriptedChatModel, ScriptExhaustedError
 
 
 @tool

@@ -1,4 +1,4 @@
-"""Find the first JSON object in model output (private)."""
+"""Find the first JSON object in model output (judges, summarisers, checkers)."""
 
 from __future__ import annotations
 

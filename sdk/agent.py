@@ -1,4 +1,4 @@
-"""``EvoAgent``: a ``create_agent`` graph run per session, with pinned versions and a trace.
+"""``EvoAgent``: a ``create_agent`` graph run per session, through the session door, traced.
 
 Quick start (runs as written; swap the scripted model for any LangChain chat model)::
 
@@ -8,11 +8,13 @@ Quick start (runs as written; swap the scripted model for any LangChain chat mod
     agent = create_evo_agent(ScriptedChatModel(policy=lambda m: "Hi!"), system_prompt="Be kind.")
     print(agent.invoke("Hello", user_id="u1")["messages"][-1].content)
 
-With ``prompt="<name>"`` and a ``registry`` (or a ``prompts`` store), each new session (one
-``thread_id``; a call without one is its own session) resolves its prompt version once —
-through the running rollout when there is one (sticky by ``user_id``) — and keeps it for every
-turn of that thread, even if the rollout is rolled back meanwhile. The version, the rollout arm
-and the experiment are recorded on the session's traces.
+Every artifact the agent uses — a prompt (``prompt=``), a memory snapshot (``memory=``),
+learned guard rules (``guard_rules=``), an adapter (``adapter=``) and any other kind
+(``artifacts=``) — comes in through one door (:mod:`evoharness.sdk.session`): each new
+session (one ``thread_id``; a call without one is its own session) resolves every one of
+them once — a prompt through the running rollout when there is one (sticky by ``user_id``) —
+and keeps them for every turn of that thread, even if a rollout is rolled back or a version
+promoted meanwhile. The trace records each as ``{"<kind>/<name>": "<version>"}``.
 """
 
 from __future__ import annotations
@@ -20,14 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-import logging
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
-    Awaitable,
     Callable,
     Generator,
     Iterator,
@@ -35,124 +33,49 @@ from collections.abc import (
     Sequence,
 )
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import (
-    AbstractContextManager,
-    ExitStack,
-    asynccontextmanager,
-    contextmanager,
-    nullcontext,
-)
+from contextlib import AbstractContextManager, ExitStack, nullcontext
+from types import TracebackType
 from typing import Any, cast
 
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
     BaseMessage,
     HumanMessage,
-    SystemMessage,
 )
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph.config import get_config
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Checkpointer
 
 from evoharness.harness import HooksMiddleware, events_of, session_scope
 from evoharness.harness.compose import ComposedMiddleware
+from evoharness.harness.context.reference import ReferenceMiddleware
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.tracing import ActiveRun, RunInfo, Tracer
 from evoharness.harness.tracing.recorder import first_human_text
+from evoharness.sdk.memory.entries import MEMORY
 from evoharness.sdk.prompts.store import PromptStore, RegistryPromptStore
-from evoharness.sdk.prompts.template import PromptVersion
 from evoharness.sdk.registry.base import Registry
-from evoharness.sdk.rollout.controller import Assignment, RolloutController
+from evoharness.sdk.rollout.controller import RolloutController
+from evoharness.sdk.session import (
+    PIN_KEY,
+    ArtifactSource,
+    GuardRulesSource,
+    MemorySource,
+    PinnedPromptMiddleware,
+    PromptSource,
+    RegistryAdapterSource,
+    RouterAdapterSource,
+    SessionContext,
+    SessionDoor,
+    SessionPin,
+)
 
 __all__ = ["EvoAgent", "PinnedPromptMiddleware", "SessionPin", "create_evo_agent"]
-
-log = logging.getLogger("evoharness.agent")
-
-#: Where a run's :class:`SessionPin` travels in the LangGraph config (``__`` keys stay out of
-#: checkpoint metadata).
-PIN_KEY = "__evoharness_pin"
-
-
-@dataclasses.dataclass(frozen=True)
-class SessionPin:
-    """What one session resolved at its start and keeps for every turn.
-
-    Attributes:
-        session: The thread id (or a one-off id for a call without a thread).
-        prompt_name: The prompt artifact, when the agent serves one.
-        prompt_version: Its version number (0: a fallback template).
-        prompt_semver: Its semantic version.
-        system_prompt: The rendered system prompt (``None``: the agent's static one).
-        rollout_arm: The experiment arm, when a rollout was running.
-        experiment_id: The running experiment.
-        fallback: Why the prompt came from a fallback, if it did.
-        adapter_version: The model adapter version, once adapters are served.
-    """
-
-    session: str
-    prompt_name: str | None = None
-    prompt_version: int | None = None
-    prompt_semver: str | None = None
-    system_prompt: str | None = None
-    rollout_arm: str | None = None
-    experiment_id: str | None = None
-    fallback: str | None = None
-    adapter_version: str | None = None
-
-    @property
-    def artifacts(self) -> dict[str, str]:
-        """``{"<kind>/<name>": "<version>"}`` for every artifact the session resolved (the
-        trace's ``artifacts`` field)."""
-        out: dict[str, str] = {}
-        if self.prompt_name is not None and self.prompt_version is not None:
-            out[f"prompt/{self.prompt_name}"] = str(self.prompt_version)
-        if self.adapter_version is not None:
-            out["adapter"] = self.adapter_version
-        return out
-
-
-def _current_pin() -> SessionPin | None:
-    try:
-        configurable = get_config().get("configurable") or {}
-    except RuntimeError:  # outside a graph run
-        return None
-    pin = configurable.get(PIN_KEY)
-    return pin if isinstance(pin, SessionPin) else None
-
-
-class PinnedPromptMiddleware(AgentMiddleware[Any, Any, Any]):
-    """Serves the session's pinned system prompt to every model call of the session.
-
-    ``create_evo_agent(prompt=...)`` adds it; outside an :class:`EvoAgent` run (no pin) it
-    leaves the request alone.
-    """
-
-    @staticmethod
-    def _request(request: ModelRequest[Any]) -> ModelRequest[Any]:
-        pin = _current_pin()
-        if pin is None or pin.system_prompt is None:
-            return request
-        return request.override(system_message=SystemMessage(pin.system_prompt))
-
-    def wrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
-        return handler(self._request(request))
-
-    async def awrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
-        return await handler(self._request(request))
 
 
 def _final_text(result: Any) -> Any:
@@ -196,8 +119,59 @@ class _Call:
 _RUN_FIELDS = set(RunInfo.model_fields)
 
 
+def _error_of(exc: BaseException | None) -> BaseException | None:
+    # a consumer that stopped reading a stream ends the session normally
+    return None if isinstance(exc, GeneratorExit) else exc
+
+
+class _SessionScope:
+    """One session's scope, sync or async: the harness's session scope, the trace, and the
+    guaranteed on_session_end (LangChain skips ``after_agent`` when a run raises). Written
+    once; only reading the last checkpoint and calling the hooks differ by driver."""
+
+    def __init__(self, agent: EvoAgent, call: _Call) -> None:
+        self.agent = agent
+        self.call = call
+        self._stack = ExitStack()
+
+    def _enter(self) -> ActiveRun | None:
+        self._scope = self._stack.enter_context(session_scope())
+        return self._stack.enter_context(self.agent._traced(self.call))
+
+    def _must_end(self) -> bool:
+        return not self._scope.ended and bool(self.agent._hooks)  # no hooks: no state read
+
+    def __enter__(self) -> ActiveRun | None:
+        return self._enter()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if self._must_end():
+                state = self.agent._state(self.call.config)
+                for h in self.agent._hooks:
+                    h.end_session(state, _error_of(exc))
+        finally:
+            self._stack.__exit__(kind, exc, tb)
+
+    async def __aenter__(self) -> ActiveRun | None:
+        return self._enter()
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if self._must_end():
+                state = await self.agent._astate(self.call.config)
+                for h in self.agent._hooks:
+                    await h.aend_session(state, _error_of(exc))
+        finally:
+            self._stack.__exit__(kind, exc, tb)
+
+
 class EvoAgent:
-    """A LangChain agent run per session: versions pinned, end of session guaranteed, traced.
+    """A LangChain agent run per session: artifacts pinned, end of session guaranteed, traced.
 
     LangChain skips ``after_agent`` when a run raises; every entry point here wraps the graph
     in ``try/finally`` and runs the hooks middleware's on_session_end with the error and the
@@ -209,14 +183,7 @@ class EvoAgent:
         graph: The compiled agent graph.
         middleware: The middleware it was built with.
         tracer: Records each run when given.
-        prompt: The prompt artifact each session resolves (``None``: the static prompt).
-        prompts: Where prompt versions live.
-        rollout: Assigns new sessions to rollout arms.
-        prompt_variables: Default values for the prompt's variables.
-        adapter: Resolves the model adapter version of a session (called once per session
-            with its thread id, ``None`` for a one-off call), e.g. the serving layer's
-            ``SessionRouter.version_for``; recorded as the trace's ``adapter_version``.
-        max_sessions: Pins kept in memory (least recently used dropped first).
+        door: Resolves every artifact once per session (``None``: nothing to resolve).
     """
 
     def __init__(
@@ -225,31 +192,12 @@ class EvoAgent:
         middleware: Sequence[AgentMiddleware[Any, Any, Any]],
         *,
         tracer: Tracer | None = None,
-        prompt: str | None = None,
-        prompts: PromptStore | None = None,
-        rollout: RolloutController | None = None,
-        prompt_variables: Mapping[str, Any] | None = None,
-        adapter: Callable[[str | None], str | None] | None = None,
-        max_sessions: int = 10_000,
+        door: SessionDoor | None = None,
     ) -> None:
-        if prompt is not None and prompts is None:
-            raise ConfigError(
-                f"prompt={prompt!r} needs somewhere to read it from: pass registry=... or "
-                "prompts=... (a RegistryPromptStore or LangfusePromptStore)",
-                field="prompts",
-            )
         self.graph = graph
         self.middleware = list(middleware)
         self.tracer = tracer
-        self.prompt = prompt
-        self.prompts = prompts
-        self.rollout = rollout
-        self.prompt_variables = dict(prompt_variables or {})
-        self.adapter = adapter
-        self.max_sessions = max_sessions
-        self._pins: OrderedDict[str, SessionPin] = OrderedDict()
-        self._versions: dict[int, PromptVersion] = {}
-        self._lock = threading.Lock()
+        self.door = door or SessionDoor([])
         self._hooks = [m for m in self.middleware if isinstance(m, HooksMiddleware)]
         self._hooks += [
             c
@@ -261,66 +209,7 @@ class EvoAgent:
     # -- session resolution ----------------------------------------------------------------
     def pin(self, session: str) -> SessionPin | None:
         """The pin of a session seen before (``None`` if unknown or evicted)."""
-        with self._lock:
-            return self._pins.get(session)
-
-    def _version(self, number: int) -> PromptVersion:
-        assert self.prompts is not None and self.prompt is not None
-        cached = self._versions.get(number)
-        if cached is None:  # versions are immutable: fetch each once
-            cached = self.prompts.get(self.prompt, number)
-            if not cached.fallback:  # a fallback is served, never remembered
-                self._versions[number] = cached
-        return cached
-
-    def _adapter(self, session: str | None) -> str | None:
-        if self.adapter is None:
-            return None
-        try:
-            return self.adapter(session)
-        except Exception as exc:  # the model serves its default; the trace says nothing false
-            log.warning("adapter version not resolved for a session: %s", exc)  # ids may be PII
-            return None
-
-    def _resolve(
-        self, session: str, unit: str, variables: Mapping[str, Any], keep: bool
-    ) -> SessionPin:
-        adapter = self._adapter(session if keep else None)
-        if self.prompt is None or self.prompts is None:
-            return SessionPin(session, adapter_version=adapter)
-        values = {**self.prompt_variables, **variables}
-        assignment = Assignment(self.prompt, None)
-        try:
-            if self.rollout is not None:
-                assignment = self.rollout.resolve(self.prompt, unit)
-            else:
-                assignment = Assignment(self.prompt, self.prompts.active_version(self.prompt))
-            if assignment.version is not None:
-                version = self._version(assignment.version)
-            else:
-                version = self.prompts.get(self.prompt)  # no version known: the store's fallbacks
-            return SessionPin(
-                session,
-                prompt_name=self.prompt,
-                prompt_version=version.version,
-                prompt_semver=version.semver,
-                system_prompt=version.render(**values),
-                rollout_arm=assignment.arm,
-                experiment_id=assignment.experiment_id,
-                fallback="prompt store fallback" if version.fallback else None,
-                adapter_version=adapter,
-            )
-        except Exception as exc:  # never take the app down: serve the static system prompt
-            log.warning(
-                "prompt %r not resolved, using the static system prompt: %s", self.prompt, exc
-            )
-            # not counted in any arm: this session did not get its arm's version
-            return SessionPin(
-                session,
-                prompt_name=self.prompt,
-                fallback=f"{type(exc).__name__}: {exc}",
-                adapter_version=adapter,
-            )
+        return self.door.pin(session)
 
     def _session_of(
         self, config: RunnableConfig | None, thread_id: str | None, session_id: str | None
@@ -348,17 +237,10 @@ class EvoAgent:
             payload = {"messages": [HumanMessage(payload)]}
         cfg, session, keep = self._session_of(config, thread_id, session_id)
         user = user_id or (run.user_id if run else None)
-        with self._lock:
-            pin = self._pins.get(session)
-            if pin is not None:
-                self._pins.move_to_end(session)
-        if pin is None:
-            pin = self._resolve(session, user or session, variables or {}, keep)
-            if keep:
-                with self._lock:
-                    pin = self._pins.setdefault(session, pin)  # a racing turn may have won
-                    while len(self._pins) > self.max_sessions:
-                        self._pins.popitem(last=False)
+        context = SessionContext(
+            session, user or session, user_id=user, thread=keep, variables=variables or {}
+        )
+        pin = self.door.open(context)
         cfg["configurable"][PIN_KEY] = pin
         info = self._run_info(payload, cfg, run, pin, user, session_id) if self.tracer else None
         return _Call(payload, cfg, info, pin)
@@ -381,19 +263,24 @@ class EvoAgent:
             info.thread_id = str(thread)
         info.user_id = info.user_id or user_id
         info.session_id = info.session_id or session_id
-        if pin.prompt_name is not None:
-            info.prompt_name = pin.prompt_name
-            info.prompt_version = None if pin.prompt_version is None else str(pin.prompt_version)
+        prompt = pin.prompt
+        if prompt is not None:
+            info.prompt_name = prompt.name
+            info.prompt_version = prompt.version
+            if prompt.fallback is not None:
+                info.metadata["prompt_fallback"] = prompt.fallback
+        adapter = pin.get("adapter")
         extra: dict[str, Any] = {
             "rollout_arm": pin.rollout_arm,
             "experiment_id": pin.experiment_id,
-            "adapter_version": pin.adapter_version,
+            "adapter_version": adapter.detail.get("served") if adapter else None,
             "artifacts": pin.artifacts,
         }
-        if pin.prompt_semver is not None:
-            info.metadata["prompt_semver"] = pin.prompt_semver
-        if pin.fallback is not None:
-            info.metadata["prompt_fallback"] = pin.fallback
+        for resolved in pin.resolved.values():  # e.g. a prompt's semver
+            info.metadata.update((k, v) for k, v in resolved.detail.items() if k != "served")
+        fallbacks = {k: v for k, v in pin.fallbacks.items() if not k.startswith("prompt/")}
+        if fallbacks:
+            info.metadata["artifact_fallbacks"] = fallbacks
         for key, value in extra.items():
             if value is None or value == {}:
                 continue
@@ -417,51 +304,19 @@ class EvoAgent:
         except Exception:  # no checkpoint yet
             return {}
 
-    @contextmanager
-    def _session(self, call: _Call) -> Iterator[ActiveRun | None]:
-        error: BaseException | None = None
-        with ExitStack() as stack:
-            scope = stack.enter_context(session_scope())
-            active = stack.enter_context(self._traced(call))
-            try:
-                yield active
-            except GeneratorExit:  # a consumer stopped reading a stream: not an error
-                raise
-            except BaseException as exc:
-                error = exc
-                raise
-            finally:
-                if not scope.ended and self._hooks:  # no hooks: no checkpoint read
-                    state = self._state(call.config)
-                    for h in self._hooks:
-                        h.end_session(state, error)
+    async def _astate(self, config: RunnableConfig) -> dict[str, Any]:
+        if self.graph.checkpointer is None:
+            return {}
+        try:
+            return dict((await self.graph.aget_state(config)).values)
+        except Exception:  # no checkpoint yet
+            return {}
 
-    @asynccontextmanager
-    async def _asession(self, call: _Call) -> AsyncIterator[ActiveRun | None]:
-        error: BaseException | None = None
-        with ExitStack() as stack:
-            scope = stack.enter_context(session_scope())
-            active = stack.enter_context(self._traced(call))
-            try:
-                yield active
-            except GeneratorExit:
-                raise
-            except BaseException as exc:
-                error = exc
-                raise
-            finally:
-                if not scope.ended and self._hooks:  # no hooks: no checkpoint read
-                    state: dict[str, Any] = {}
-                    if self.graph.checkpointer is not None:
-                        try:
-                            state = dict((await self.graph.aget_state(call.config)).values)
-                        except Exception:
-                            state = {}
-                    for h in self._hooks:
-                        await h.aend_session(state, error)
+    def _session(self, call: _Call) -> _SessionScope:
+        return _SessionScope(self, call)
 
     async def _aprepare(self, *args: Any) -> _Call:
-        if self.prompt is None and self.adapter is None:
+        if not self.door:
             return self._prepare(*args)
         # resolving may read a database, Langfuse or a model server: off the event loop
         return await asyncio.to_thread(self._prepare, *args)
@@ -517,7 +372,7 @@ class EvoAgent:
         call = await self._aprepare(
             payload, config, run, user_id, thread_id, session_id, prompt_variables
         )
-        async with self._asession(call) as active:
+        async with self._session(call) as active:
             result = await self.graph.ainvoke(call.payload, call.config, **kw)
             if active is not None:
                 active.output = _final_text(result)
@@ -571,7 +426,7 @@ class EvoAgent:
             payload, config, run, user_id, thread_id, session_id, prompt_variables
         )
         seen = _StreamOutput()
-        async with self._asession(call) as active:
+        async with self._session(call) as active:
             chunks = cast(
                 AsyncGenerator[Any, None], self.graph.astream(call.payload, call.config, **kw)
             )
@@ -667,10 +522,10 @@ def _per_input(
 def _stack(
     middleware: Sequence[AgentMiddleware[Any, Any, Any]],
     tracer: Tracer | None,
-    pin: AgentMiddleware[Any, Any, Any] | None,
+    door: Sequence[AgentMiddleware[Any, Any, Any]],
 ) -> list[AgentMiddleware[Any, Any, Any]]:
     stack = list(middleware)
-    front = [m for m in (tracer.middleware() if tracer else None, pin) if m is not None]
+    front = [*([tracer.middleware()] if tracer else []), *door]
     if not front:
         return stack
     if stack and isinstance(stack[0], ComposedMiddleware):
@@ -684,6 +539,73 @@ def _stack(
     return [*front, *stack, *([tracer.probe()] if tracer else [])]
 
 
+def _sources(
+    *,
+    prompt: str | None,
+    prompts: PromptStore | None,
+    registry: Registry | None,
+    rollout: RolloutController | None,
+    prompt_variables: Mapping[str, Any] | None,
+    memory: str | MemorySource | None,
+    guard_rules: str | None,
+    adapter: str | Callable[[str | None], str | None] | None,
+    artifacts: Sequence[ArtifactSource],
+) -> list[ArtifactSource]:
+    """The door's sources for ``create_evo_agent``'s arguments, prompt first (it sets the
+    system message the others add to)."""
+
+    def needs_registry(what: str, example: str) -> Registry:
+        if registry is None:
+            raise ConfigError(
+                f"{what} needs the registry it is published to: pass registry=... (e.g. "
+                f"open_registry('.evoharness/registry.db')), {example}",
+                field=what.split("=")[0],
+            )
+        return registry
+
+    sources: list[ArtifactSource] = []
+    if prompt is not None:
+        if prompts is None:
+            prompts = RegistryPromptStore(
+                needs_registry(f"prompt={prompt!r}", "or prompts=... (a prompt store)")
+            )
+        if rollout is None and registry is not None:
+            rollout = RolloutController(registry, prompts)
+        sources.append(PromptSource(prompt, prompts, rollout=rollout, variables=prompt_variables))
+    if isinstance(memory, str):
+        reg = needs_registry(f"memory={memory!r}", "or memory=MemorySource(registry, name)")
+        sources.append(MemorySource(reg, memory))
+    elif memory is not None:
+        sources.append(memory)
+    if guard_rules is not None:
+        reg = needs_registry(f"guard_rules={guard_rules!r}", "where evolve publishes rules")
+        sources.append(GuardRulesSource(reg, guard_rules))
+    if isinstance(adapter, str):
+        reg = needs_registry(f"adapter={adapter!r}", "where evolve publishes adapters")
+        sources.append(RegistryAdapterSource(reg, adapter))
+    elif adapter is not None:
+        sources.append(RouterAdapterSource(adapter))
+    return [*sources, *artifacts]
+
+
+def _refuse_two_memory_doors(
+    middleware: Sequence[AgentMiddleware[Any, Any, Any]], sources: Sequence[ArtifactSource]
+) -> None:
+    if not any(s.kind == MEMORY for s in sources):
+        return
+    pending = list(middleware)
+    while pending:
+        m = pending.pop()
+        if isinstance(m, ReferenceMiddleware):
+            raise ConfigError(
+                "memory=... and a harness with references=... both inject learned memory "
+                "(into the same state key): serve memory through memory=... only (drop "
+                "references= from default_middleware)",
+                field="memory",
+            )
+        pending.extend(getattr(m, "children", []))
+
+
 def create_evo_agent(
     model: BaseChatModel | str,
     tools: Sequence[BaseTool] = (),
@@ -694,44 +616,73 @@ def create_evo_agent(
     prompts: PromptStore | None = None,
     rollout: RolloutController | None = None,
     prompt_variables: Mapping[str, Any] | None = None,
-    adapter: Callable[[str | None], str | None] | None = None,
+    memory: str | MemorySource | None = None,
+    guard_rules: str | None = None,
+    adapter: str | Callable[[str | None], str | None] | None = None,
+    artifacts: Sequence[ArtifactSource] = (),
     middleware: Sequence[AgentMiddleware[Any, Any, Any]] = (),
     checkpointer: Checkpointer = None,
     tracer: Tracer | None = None,
+    max_sessions: int = 10_000,
     **kwargs: Any,
 ) -> EvoAgent:
     """``langchain.agents.create_agent`` plus the SDK's session path.
 
-    With ``prompt`` (a prompt artifact name), every new session resolves its version once —
-    via ``rollout`` (default: a :class:`RolloutController` over ``registry``) when a rollout is
-    running, else the ``active`` label — and keeps it for the whole thread; ``system_prompt``
-    then serves only as the fallback when the prompt cannot be read. ``adapter`` resolves the
-    session's model adapter version the same way (e.g. ``SessionRouter.version_for`` of the
-    serving layer, which pins the thread to it).
+    Every artifact named here comes in through the session door: each new session resolves
+    its version once and keeps it for the whole thread; the trace records each as
+    ``{"<kind>/<name>": "<version>"}``; a promotion or rollback reaches new sessions at once.
 
-    With a ``tracer``, its middleware goes first (outermost, so harness events nest under
-    its spans) and its probe last (innermost, so a generation holds exactly what the model
-    received and replied); the harness's event logs are recorded into each run's trace.
-    When the stack starts with a composed harness (``default_middleware``), both join that
-    composition instead of adding traced layers of their own to every call.
+    Args:
+        model: A LangChain chat model or a ``provider:model`` string.
+        tools: The agent's tools.
+        system_prompt: The static system prompt (with ``prompt``: the fallback when the
+            prompt cannot be read).
+        prompt: A prompt artifact: via ``rollout`` (default: a :class:`RolloutController`
+            over ``registry``) when a rollout is running, else the ``active`` label.
+        registry: Where the artifacts live (``open_registry(...)``).
+        prompts: Where prompt versions live (default: the registry).
+        rollout: Assigns sessions to rollout arms.
+        prompt_variables: Default values for the prompt's variables.
+        memory: A memory artifact (``evolve cycle`` publishes ``memory/default``): the
+            session retrieves from the snapshot active when it started; or a
+            :class:`~evoharness.sdk.session.MemorySource` for its options.
+        guard_rules: A ``guard_rules`` artifact: answers are checked against the version
+            active when the session started (beside the harness's own rules).
+        adapter: An ``adapter`` artifact (the policy) served to every model call of the
+            session under its immutable name, or a callable that picks the served name
+            per session (e.g. the serving layer's ``SessionRouter.version_for``).
+        artifacts: Sources of any other kind (:class:`~evoharness.sdk.session.ArtifactSource`).
+        middleware: The harness (e.g. ``default_middleware(...)``) and any other middleware.
+        checkpointer: LangGraph checkpointer (threads survive across turns).
+        tracer: Records every run; its middleware goes first (outermost, so harness events
+            nest under its spans) and its probe last (innermost, so a generation holds
+            exactly what the model received and replied). When the stack starts with a
+            composed harness (``default_middleware``), the tracer's layers and the door's
+            join that composition instead of adding traced layers to every call.
+        max_sessions: Session pins kept in memory (least recently used dropped first).
+        **kwargs: Passed to ``create_agent``.
 
     Raises:
-        ConfigError: ``prompt`` without ``registry`` or ``prompts``.
+        ConfigError: An artifact without the registry it lives in, two sources for one
+            artifact, or ``memory`` beside a harness that injects ``references``.
     """
-    if prompt is not None and prompts is None:
-        if registry is None:
-            raise ConfigError(
-                f"prompt={prompt!r} needs somewhere to read it from: pass registry=... (e.g. "
-                "open_registry('.evoharness/registry.db')) or prompts=...",
-                field="prompt",
-            )
-        prompts = RegistryPromptStore(registry)
-    if prompt is not None and rollout is None and registry is not None:
-        rollout = RolloutController(registry, prompts)
+    sources = _sources(
+        prompt=prompt,
+        prompts=prompts,
+        registry=registry,
+        rollout=rollout,
+        prompt_variables=prompt_variables,
+        memory=memory,
+        guard_rules=guard_rules,
+        adapter=adapter,
+        artifacts=artifacts,
+    )
+    _refuse_two_memory_doors(middleware, sources)
+    door = SessionDoor(sources, max_sessions=max_sessions)
+    stack = _stack(middleware, tracer, door.middleware())
     if tracer is not None:
-        for log_ in events_of(list(middleware)):
+        for log_ in events_of(stack):
             tracer.watch(log_)
-    stack = _stack(middleware, tracer, PinnedPromptMiddleware() if prompt else None)
     graph = create_agent(
         model,
         list(tools),
@@ -740,13 +691,4 @@ def create_evo_agent(
         checkpointer=checkpointer,
         **kwargs,
     )
-    return EvoAgent(
-        graph,
-        stack,
-        tracer=tracer,
-        prompt=prompt,
-        prompts=prompts,
-        rollout=rollout,
-        prompt_variables=prompt_variables,
-        adapter=adapter,
-    )
+    return EvoAgent(graph, stack, tracer=tracer, door=door)

@@ -406,6 +406,10 @@ class LocalChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "evoharness-local"
 
+    def with_adapter(self, adapter: str) -> LocalChatModel:
+        """A copy that serves ``adapter`` on every call (the session door pins it)."""
+        return self.model_copy(update={"adapter": adapter, "router": None})
+
     def bind_tools(
         self, tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool], **kwargs: Any
     ) -> Runnable[LanguageModelInput, AIMessage]:

@@ -261,7 +261,8 @@ def test_the_adapter_version_is_resolved_once_per_session_and_traced(store: Trac
     one_off.invoke("one-off")  # no thread: the router pins nothing
     rows = traces(store)
     assert [t.adapter_version for t in rows] == ["policy-v7", "policy-v7", "policy-v8", "policy-v8"]
-    assert rows[0].artifacts == {"adapter": "policy-v7"}
+    assert rows[0].artifacts == {"adapter/policy": "7"}
+    assert rows[2].artifacts == {"adapter/policy": "8"}
     assert router.pinned() == {"policy-v7": 1, "policy-v8": 1}
 
 

@@ -1,0 +1,127 @@
+"""Memory snapshots through the session door: the ``active`` snapshot, pinned and retrieved from.
+
+Evolve publishes every memory change as a snapshot, a version of the registry artifact
+``memory/<name>``, and moves its ``active`` label (``registry rollback memory <name>`` moves
+it back). A session pins the snapshot active when it starts and retrieves from exactly that
+snapshot for its whole life; the trace records ``memory/<name>`` with the version and the
+injected entry ids (``skill_ids``). Snapshots are immutable, so each version is loaded and
+indexed once per process (the last few are kept).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+
+from evoharness.harness.context.reference import ReferenceMiddleware
+from evoharness.sdk.memory.entries import MEMORY, Similarity, similarity
+from evoharness.sdk.memory.retriever import MemoryRetriever, SnapshotEntries, render_reference
+from evoharness.sdk.memory.store import snapshot_entries
+from evoharness.sdk.registry.base import Registry
+from evoharness.sdk.session.door import Resolved, SessionContext, current_pin
+
+__all__ = ["MemorySource", "PinnedMemoryMiddleware"]
+
+
+class MemorySource:
+    """Resolves the memory snapshot a session retrieves from.
+
+    Args:
+        registry: Where the snapshots live (the one evolve's ``MemoryStore`` publishes to).
+        name: The memory artifact (``evolve cycle --memory-name``; default ``default``).
+        label: The label new sessions follow.
+        k: Entries per kind injected (1-3).
+        similar: Relevance function (e.g. an ``EmbeddingSimilarity``).
+        min_relevance: Entries less relevant than this are never injected.
+        keep: Snapshots kept indexed in memory (least recently used dropped first).
+    """
+
+    kind = MEMORY
+
+    def __init__(
+        self,
+        registry: Registry,
+        name: str = "default",
+        *,
+        label: str = "active",
+        k: int = 3,
+        similar: Similarity = similarity,
+        min_relevance: float = 0.05,
+        keep: int = 4,
+    ) -> None:
+        if not 1 <= k <= 3:
+            raise ValueError("k must be between 1 and 3")
+        self.registry = registry
+        self.name = name
+        self.label = label
+        self.k = k
+        self.similar = similar
+        self.min_relevance = min_relevance
+        self.keep = keep
+        self._retrievers: OrderedDict[int, MemoryRetriever] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def retriever(self, version: int) -> MemoryRetriever:
+        """The retriever over snapshot ``version`` (loaded and indexed on first use)."""
+        with self._lock:
+            hit = self._retrievers.get(version)
+            if hit is not None:
+                self._retrievers.move_to_end(version)
+                return hit
+        entries = SnapshotEntries(
+            snapshot_entries(self.registry, self.name, version), version=version
+        )
+        built = MemoryRetriever(
+            entries, k=self.k, similar=self.similar, min_relevance=self.min_relevance
+        )
+        built.refresh()  # index now, at session start, not on the first model call
+        with self._lock:
+            built = self._retrievers.setdefault(version, built)
+            while len(self._retrievers) > self.keep:
+                self._retrievers.popitem(last=False)
+        return built
+
+    def resolve(self, context: SessionContext) -> Resolved:
+        """The snapshot ``label`` points at (nothing before the first one is published)."""
+        version = self.registry.labels(MEMORY, self.name).get(self.label)
+        if version is None:
+            return Resolved(MEMORY, self.name)
+        return Resolved(MEMORY, self.name, version=str(version), value=self.retriever(version))
+
+    def middleware(self) -> AgentMiddleware[Any, Any, Any]:
+        """Injects the pinned snapshot's relevant entries once per session."""
+        return PinnedMemoryMiddleware(self.name)
+
+
+class PinnedMemoryMiddleware(ReferenceMiddleware):
+    """The harness's reference injection, fed from the session's pinned memory snapshot.
+
+    At the start of a session it retrieves the entries relevant to the user's request (and
+    the user's preferences) from the pinned snapshot and appends them to the system message
+    of every model call of the session, as one stable section (see
+    :class:`~evoharness.harness.context.reference.ReferenceMiddleware`). Without a pin, or
+    before any snapshot exists, it injects nothing.
+
+    Args:
+        memory: The memory artifact whose pinned snapshot it serves.
+    """
+
+    def __init__(self, memory: str) -> None:
+        super().__init__(self._provide)
+        self.memory = memory
+
+    @property
+    def name(self) -> str:
+        return f"PinnedMemory[{self.memory}]"
+
+    def _provide(self, query: str, user_id: str | None) -> tuple[list[str], str]:
+        pin = current_pin()
+        got = pin.get(MEMORY, self.memory) if pin is not None else None
+        if got is None or not isinstance(got.value, MemoryRetriever):
+            return [], ""
+        assert pin is not None
+        entries = got.value.retrieve(query, user_id=user_id or pin.user_id)
+        return [e.id for e in entries], render_reference(entries)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from evoharness.evolve._json import extract_json
 from evoharness.sdk.registry.base import content_hash
+from evoharness.sdk.sqlite import open_sqlite
 
 Priority = Literal["P0", "P1", "P2"]
 RULES_VERSION = "rules-v2"
@@ -278,8 +279,7 @@ class RubricGenerator:
         )
         self._db: sqlite3.Connection | None = None
         if cache_path is not None:
-            cache_path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(cache_path, check_same_thread=False, isolation_level=None)
+            self._db = open_sqlite(cache_path, wal=False)
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS rubric_cache (qh TEXT, version TEXT, "
                 "items TEXT, PRIMARY KEY (qh, version))"

@@ -7,7 +7,6 @@ over N new episodes costs O(N) whatever the history holds.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -17,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from evoharness.evolve.judge import Verdict
+from evoharness.sdk.sqlite import open_sqlite
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS judgments (
@@ -72,13 +72,10 @@ class EvolveState:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
         # WAL + NORMAL: every commit survives a killed process (what resumability needs)
-        # without an fsync per verdict; only an OS crash can lose the last few.
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute("PRAGMA busy_timeout=30000")  # workers share the file
+        # without an fsync per verdict; only an OS crash can lose the last few. Workers
+        # share the file, so a lock is waited for (30 s).
+        self._conn = open_sqlite(self.path, synchronous="NORMAL", timeout_s=30)
         self._conn.executescript(SCHEMA)
         self._migrate()
         self._lock = threading.Lock()

@@ -19,7 +19,6 @@ import asyncio
 import hashlib
 import importlib
 import json
-import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -29,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evoharness.harness.errors import ConfigError
+from evoharness.sdk.sqlite import open_sqlite
 
 __all__ = [
     "EvalItem",
@@ -240,10 +240,8 @@ class EvalResults:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn = open_sqlite(self.path)
         self._conn.execute(
             "CREATE TABLE IF NOT EXISTS runs (eval_id TEXT, split TEXT, task_id TEXT, "
             "version INTEGER, record TEXT, PRIMARY KEY (eval_id, split, task_id, version))"

@@ -12,6 +12,7 @@ from typing import Any
 
 from evoharness.sdk.memory.entries import ENTRY_LIST, MEMORY, MemoryEntry
 from evoharness.sdk.registry import Registry, RegistryError, SQLiteRegistry
+from evoharness.sdk.sqlite import open_sqlite
 
 _NOT_READ = MemoryEntry(id="-", kind="lesson", query_pattern="", summary="")
 """Stands for a live row whose body was compared but not parsed."""
@@ -54,9 +55,7 @@ class MemoryStore:
         author: str = "evoharness",
     ) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn = open_sqlite(self.path)
         self._conn.executescript(
             "CREATE TABLE IF NOT EXISTS entries (id TEXT PRIMARY KEY, kind TEXT, body TEXT);"
             "CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT);"

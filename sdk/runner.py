@@ -23,6 +23,7 @@ from evoharness.harness import events_of
 from evoharness.harness.tracing import RunInfo, Tracer, trace_id_for
 from evoharness.sdk.agent import create_evo_agent
 from evoharness.sdk.environment import Environment, TaskSpec
+from evoharness.sdk.session import ArtifactSource
 
 ModelFactory = Callable[[], BaseChatModel]
 MiddlewareFactory = Callable[[], Sequence[AgentMiddleware[Any, Any, Any]]]
@@ -161,11 +162,14 @@ async def run_task(
     tracer: Tracer | None = None,
     run_info: RunInfo | None = None,
     deadline_s: float | None = None,
+    artifacts: Sequence[ArtifactSource] = (),
 ) -> TaskResult:
     """Run one task to completion and score it; a crash is recorded, never raised.
 
     ``deadline_s`` bounds the whole task (every model and tool call); a task past it is
-    cancelled and recorded with ``error_type="deadline"``.
+    cancelled and recorded with ``error_type="deadline"``. ``artifacts`` come in through the
+    session door (e.g. a :class:`~evoharness.sdk.session.MemorySource`: the task's session
+    retrieves from the snapshot active when it starts, and its trace records it).
     """
     middleware = list(middleware)
     agent = create_evo_agent(
@@ -175,6 +179,7 @@ async def run_task(
         middleware=middleware,
         checkpointer=InMemorySaver(),
         tracer=tracer,
+        artifacts=artifacts,
     )
     info = run_info or RunInfo(
         run_id=f"{env.name}:{task.task_id}:{uuid.uuid4().hex[:12]}",
@@ -251,10 +256,12 @@ async def run_tasks(
     tracer: Tracer | None = None,
     tags: Sequence[str] = (),
     deadline_s: float | None = None,
+    artifacts: Sequence[ArtifactSource] = (),
 ) -> list[TaskResult]:
     """Run ``tasks`` with at most ``concurrency`` in flight; results keep the task order.
 
-    ``deadline_s`` bounds each task from the moment it starts (see :func:`run_task`).
+    ``deadline_s`` bounds each task from the moment it starts; ``artifacts`` are shared by
+    every task's session door (see :func:`run_task`).
     """
     gate = asyncio.Semaphore(concurrency)
     batch = uuid.uuid4().hex[:12]
@@ -269,6 +276,7 @@ async def run_tasks(
                 max_model_calls=max_model_calls,
                 tracer=tracer,
                 deadline_s=deadline_s,
+                artifacts=artifacts,
                 run_info=RunInfo(
                     run_id=f"{env.name}:{task.task_id}:{batch}",
                     tags=[env.name, *tags],

@@ -4,7 +4,8 @@ At the start of a session a provider (e.g. evolve's memory retriever) is asked f
 entries relevant to the user's request; their rendered text is appended to the system
 message of every model call in that session, as one stable, clearly labelled section (so
 the prompt prefix stays identical across calls and cacheable), and the entry ids are
-recorded (state, a ``memory_injected`` event, and the trace's ``skill_ids``).
+recorded: in state, on the traced run (the trace's ``skill_ids``, through
+:func:`~evoharness.harness.tracing.record_references`), and in a ``memory_injected`` event.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from langgraph.runtime import Runtime
 
 from evoharness.harness._messages import text_of
 from evoharness.harness.events import EventLog
+from evoharness.harness.tracing.trace_context import record_references
 
 ReferenceProvider = Callable[[str, str | None], tuple[Sequence[str], str]]
 """``(query, user_id) -> (entry ids, rendered section text)``."""
@@ -41,8 +43,8 @@ class ReferenceMiddleware(AgentMiddleware[ReferenceState, Any, Any]):
     Args:
         provider: Returns the ids and text for a request.
         user_id: Passed to the provider (for stored user preferences).
-        events: Receives ``memory_injected`` with the ids (the tracer copies them into
-            the trace's ``skill_ids``).
+        events: Receives ``memory_injected`` with the ids (for observability; the trace's
+            ``skill_ids`` are recorded on the active run directly).
     """
 
     state_schema = ReferenceState
@@ -71,6 +73,7 @@ class ReferenceMiddleware(AgentMiddleware[ReferenceState, Any, Any]):
                 "memory_injection_failed", self.name, error=f"{type(exc).__name__}: {exc}"
             )
             return {"references": {"ids": [], "text": ""}}
+        record_references(ids)  # the trace's skill_ids
         self.events.emit("memory_injected", self.name, skill_ids=list(ids))
         return {"references": {"ids": list(ids), "text": text}}
 

@@ -1,18 +1,10 @@
 """Tracing: the trace schema, capture, the local store, and export to Langfuse."""
 
-from evoharness.harness.tracing.ids import (
-    TraceContext,
-    current_context,
-    new_span_id,
-    root_span_id,
-    trace_id_for,
-    use_context,
-)
+from evoharness.harness.tracing.ids import new_span_id, root_span_id, trace_id_for
 from evoharness.harness.tracing.masking import Masker
 from evoharness.harness.tracing.recorder import (
-    ActiveRun,
+    ModelCallProbe,
     RunIdReusedError,
-    RunInfo,
     Tracer,
     TracingMiddleware,
 )
@@ -27,15 +19,28 @@ from evoharness.harness.tracing.schema import (
     migrate_trace,
 )
 from evoharness.harness.tracing.store import TraceQuery, TraceStore
+from evoharness.harness.tracing.trace_context import (
+    ActiveRun,
+    RunInfo,
+    SeenModelCall,
+    SeenToolCall,
+    TraceContext,
+    current_context,
+    record_references,
+    use_context,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
     "ActiveRun",
     "Masker",
+    "ModelCallProbe",
     "Observation",
     "RunIdReusedError",
     "RunInfo",
     "Score",
+    "SeenModelCall",
+    "SeenToolCall",
     "Trace",
     "TraceContext",
     "TraceInfo",
@@ -48,6 +53,7 @@ __all__ = [
     "current_context",
     "migrate_trace",
     "new_span_id",
+    "record_references",
     "root_span_id",
     "trace_id_for",
     "use_context",

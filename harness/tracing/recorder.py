@@ -31,9 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -43,17 +41,19 @@ from langgraph.types import Command
 from evoharness.harness._messages import ToolResult
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog, HarnessEvent
-from evoharness.harness.tracing.ids import (
+from evoharness.harness.tracing.ids import root_span_id, trace_id_for
+from evoharness.harness.tracing.store import TraceStore
+from evoharness.harness.tracing.trace_context import (
+    ActiveRun,
+    RunInfo,
+    SeenModelCall,
+    SeenToolCall,
     TraceContext,
     current_context,
     enter_context,
     leave_context,
-    root_span_id,
-    trace_id_for,
     use_context,
 )
-from evoharness.harness.tracing.schema import TraceInfo
-from evoharness.harness.tracing.store import TraceStore
 
 log = logging.getLogger("evoharness.tracing")
 
@@ -109,44 +109,6 @@ class RunIdReusedError(ConfigError):
         )
         self.run_id = run_id
         self.trace_id = trace_id
-
-
-class RunInfo(TraceInfo):
-    """Who and what a run is; becomes the trace row. ``run_id`` fixes the trace id.
-
-    The fields are :class:`~evoharness.harness.tracing.schema.TraceInfo`'s (declared once,
-    in the schema): identity, tags, versions (prompt, A/B arm, policy, adapter, artifacts),
-    metadata and input.
-    """
-
-
-@dataclass
-class ActiveRun:
-    """A run in progress; set ``output`` (and ``error``) before the block ends."""
-
-    info: RunInfo
-    trace_id: str
-    root_id: str
-    start_time: float
-    parent: TraceContext | None
-    output: Any = None
-    error: str | None = None
-    input: Any = None
-    """The request of this invocation (``info.input``, else the newest user message of the
-    run's first model call)."""
-    generations: int = 0
-    """Model calls recorded so far."""
-    reply_failed: tuple[str, int] | None = None
-    """The last ``reply_check_failed`` event (its error text) and ``generations`` when it
-    came: the run ended on it when no model call started after it."""
-
-    def ended_on_failed_reply(self) -> str | None:
-        """The error text when the run's last model call ended in ``reply_check_failed``
-        (malformed tool calls after the retries, or an empty or cut-off final reply)."""
-        if self.reply_failed is None:
-            return None
-        text, at = self.reply_failed
-        return text if self.generations - at <= 1 else None
 
 
 class Tracer:
@@ -208,7 +170,7 @@ class Tracer:
                 }
             )
         try:
-            with use_context(TraceContext(trace_id, run.root_id)):
+            with use_context(TraceContext(trace_id, run.root_id, run)):
                 yield run
         except BaseException as exc:
             run.error = run.error or f"{type(exc).__name__}: {exc}"
@@ -301,8 +263,6 @@ class Tracer:
         if ctx is None:
             return
         run = self._runs.get(ctx.trace_id)
-        if run is not None and isinstance(event.data.get("skill_ids"), list):
-            run.info.skill_ids = [str(i) for i in event.data["skill_ids"]]  # -> trace row
         if run is not None and event.kind == "reply_check_failed":
             run.reply_failed = (_reply_failure(event.data), run.generations)
         self.store.put_observation(
@@ -397,29 +357,10 @@ class Tracer:
         return ModelCallProbe()
 
 
-class _Seen:
-    """What the innermost layer saw of one model call (filled in by the probe)."""
-
-    __slots__ = ("end", "request", "response", "start")
-
-    def __init__(self, request: ModelRequest[Any]) -> None:
-        self.request = request
-        self.response: ModelResponse[Any] | None = None
-        self.start: float | None = None
-        self.end: float | None = None
-
-
-class _SeenTool:
-    """The tool call as it reached the tool (after the harness rewrote it), from the probe."""
-
-    __slots__ = ("call",)
-
-    def __init__(self) -> None:
-        self.call: dict[str, Any] | None = None
-
-
-_SEEN: ContextVar[_Seen | None] = ContextVar("evoharness_seen_model_call", default=None)
-_SEEN_TOOL: ContextVar[_SeenTool | None] = ContextVar("evoharness_seen_tool", default=None)
+def _seen_now() -> SeenModelCall | SeenToolCall | None:
+    """What the active trace context asks the probe to fill in (``None`` outside tracing)."""
+    ctx = current_context()
+    return ctx.seen if ctx is not None else None
 
 
 class ModelCallProbe(AgentMiddleware[Any, Any, Any]):
@@ -430,8 +371,11 @@ class ModelCallProbe(AgentMiddleware[Any, Any, Any]):
     and the reply after the harness changed it. The probe, listed last, hands it the
     request exactly as the model receives it, the model's own reply, and the model's own
     timing; and, for a tool call, the arguments the tool actually runs with (a
-    ``pre_tool_call`` hook may have rewritten the model's). Without a tracing layer around
-    it, it does nothing.
+    ``pre_tool_call`` hook may have rewritten the model's). It writes them into the
+    :class:`~evoharness.harness.tracing.trace_context.SeenModelCall` or
+    :class:`~evoharness.harness.tracing.trace_context.SeenToolCall` that the tracing layer
+    put on the trace context for the call. Without a tracing layer around it, it does
+    nothing.
     """
 
     def wrap_model_call(
@@ -439,12 +383,11 @@ class ModelCallProbe(AgentMiddleware[Any, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any]:
-        seen = _SEEN.get()
-        if seen is None:
+        seen = _seen_now()
+        if not isinstance(seen, SeenModelCall):
             return handler(request)
-        seen.request, seen.start = request, time.time()
-        seen.response = handler(request)
-        seen.end = time.time()
+        with seen.timed(request):
+            seen.response = handler(request)
         return seen.response
 
     async def awrap_model_call(
@@ -452,20 +395,23 @@ class ModelCallProbe(AgentMiddleware[Any, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
-        seen = _SEEN.get()
-        if seen is None:
+        seen = _seen_now()
+        if not isinstance(seen, SeenModelCall):
             return await handler(request)
-        seen.request, seen.start = request, time.time()
-        seen.response = await handler(request)
-        seen.end = time.time()
+        with seen.timed(request):
+            seen.response = await handler(request)
         return seen.response
+
+    @staticmethod
+    def _note_tool_call(request: ToolCallRequest) -> None:
+        seen = _seen_now()
+        if isinstance(seen, SeenToolCall):
+            seen.call = dict(request.tool_call)
 
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
     ) -> ToolResult:
-        seen = _SEEN_TOOL.get()
-        if seen is not None:
-            seen.call = dict(request.tool_call)
+        self._note_tool_call(request)
         return handler(request)
 
     async def awrap_tool_call(
@@ -473,9 +419,7 @@ class ModelCallProbe(AgentMiddleware[Any, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
-        seen = _SEEN_TOOL.get()
-        if seen is not None:
-            seen.call = dict(request.tool_call)
+        self._note_tool_call(request)
         return await handler(request)
 
 
@@ -503,6 +447,121 @@ def tool_message_of(result: Any, tool_call_id: str | None = None) -> ToolMessage
     return found[-1] if found else None
 
 
+class _TracedCall:
+    """A model or tool call being recorded, as a context manager around the handler.
+
+    Entering makes ``here`` (the call's trace context, carrying what the probe fills in)
+    the active context; leaving restores the outer one and records the call. Classes, not
+    generators: one runs on every model and tool call.
+    """
+
+    __slots__ = ("ctx", "here", "start", "token")
+
+    def __init__(self, ctx: TraceContext, here: TraceContext) -> None:
+        self.ctx, self.here, self.start = ctx, here, time.time()
+
+    def __enter__(self) -> Self:
+        self.token = enter_context(self.here)
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        leave_context(self.token)
+        self.record(exc)
+
+    def record(self, error: BaseException | None) -> None:
+        """Enqueue the call's observation (``error``: what the handler raised)."""
+        raise NotImplementedError
+
+
+class _TracedModelCall(_TracedCall):
+    """A ``generation``: the probe's view of the call when it saw it, else the tracing
+    layer's own."""
+
+    __slots__ = ("response", "seen", "tracer")
+
+    def __init__(self, tracer: Tracer, ctx: TraceContext, request: ModelRequest[Any]) -> None:
+        self.tracer, self.seen = tracer, SeenModelCall(request)
+        self.response: ModelResponse[Any] | None = None
+        super().__init__(ctx, TraceContext(ctx.trace_id, ctx.span_id, ctx.run, self.seen))
+
+    def record(self, error: BaseException | None) -> None:
+        seen = self.seen
+        self.tracer.record_generation(
+            self.ctx,
+            seen.request,
+            seen.response if seen.response is not None else self.response,
+            seen.start or self.start,
+            error,
+            end=seen.end,
+        )
+
+
+class _TracedToolCall(_TracedCall):
+    """A ``tool`` observation; the call's own span is where sub-agents it starts attach."""
+
+    __slots__ = ("request", "result", "seen", "store")
+
+    def __init__(self, store: TraceStore, ctx: TraceContext, request: ToolCallRequest) -> None:
+        self.store, self.request, self.seen = store, request, SeenToolCall()
+        self.result: ToolResult | None = None
+        super().__init__(ctx, TraceContext(ctx.trace_id, _span_id(), ctx.run, self.seen))
+
+    def record(self, error: BaseException | None) -> None:
+        self.store.put_observation(
+            _tool_record(
+                self.ctx,
+                self.here.span_id,
+                self.request,
+                self.seen.call,
+                self.start,
+                self.result,
+                error,
+            )
+        )
+
+
+def _tool_record(
+    ctx: TraceContext,
+    span: str,
+    request: ToolCallRequest,
+    ran: dict[str, Any] | None,
+    start: float,
+    result: ToolResult | None,
+    error: BaseException | None,
+) -> dict[str, Any]:
+    """The ``tool`` observation of one call (``ran``: the call as it reached the tool)."""
+    call = request.tool_call
+    metadata: dict[str, Any] = {"tool_call_id": call.get("id")}
+    args: Any = call["args"]
+    if ran is not None and ran.get("args") != args:  # a pre_tool_call hook rewrote them
+        metadata["model_args"] = args
+        args = ran.get("args")
+    record: dict[str, Any] = {
+        "id": span,
+        "trace_id": ctx.trace_id,
+        "parent_id": ctx.span_id,
+        "type": "tool",
+        "name": call["name"],
+        "start_time": start,
+        "end_time": time.time(),
+        "input": args,  # what the tool ran with; the model's own in model_args
+        "metadata": metadata,
+    }
+    message = tool_message_of(result, call.get("id"))
+    if isinstance(result, Command):
+        metadata["command"] = True
+        if result.goto:
+            metadata["goto"] = str(result.goto)
+    if message is not None:
+        record["output"] = message.content
+        if message.status == "error":
+            record["level"] = "ERROR"
+    if error is not None:
+        record["level"] = "ERROR"
+        record["status_message"] = f"{type(error).__name__}: {error}"
+    return record
+
+
 class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
     """Records each model call as a ``generation`` and each tool call as a ``tool``.
 
@@ -514,23 +573,6 @@ class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
         super().__init__()
         self.tracer = tracer
 
-    def _record(
-        self,
-        ctx: TraceContext,
-        seen: _Seen,
-        outer: ModelResponse[Any] | None,
-        start: float,
-        error: BaseException | None,
-    ) -> None:
-        self.tracer.record_generation(
-            ctx,
-            seen.request,
-            seen.response if seen.response is not None else outer,
-            seen.start or start,
-            error,
-            end=seen.end,
-        )
-
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
@@ -539,16 +581,8 @@ class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
         ctx = current_context()
         if ctx is None:
             return handler(request)
-        start, seen = time.time(), _Seen(request)
-        token = _SEEN.set(seen)
-        try:
-            response = handler(request)
-        except BaseException as exc:
-            self._record(ctx, seen, None, start, exc)
-            raise
-        finally:
-            _SEEN.reset(token)
-        self._record(ctx, seen, response, start, None)
+        with _TracedModelCall(self.tracer, ctx, request) as call:
+            response = call.response = handler(request)
         return response
 
     async def awrap_model_call(
@@ -559,58 +593,9 @@ class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
         ctx = current_context()
         if ctx is None:
             return await handler(request)
-        start, seen = time.time(), _Seen(request)
-        token = _SEEN.set(seen)
-        try:
-            response = await handler(request)
-        except BaseException as exc:
-            self._record(ctx, seen, None, start, exc)
-            raise
-        finally:
-            _SEEN.reset(token)
-        self._record(ctx, seen, response, start, None)
+        with _TracedModelCall(self.tracer, ctx, request) as call:
+            response = call.response = await handler(request)
         return response
-
-    @staticmethod
-    def _tool_record(
-        ctx: TraceContext,
-        span: str,
-        request: ToolCallRequest,
-        ran: dict[str, Any] | None,
-        start: float,
-        result: ToolResult | None,
-        error: BaseException | None,
-    ) -> dict[str, Any]:
-        call = request.tool_call
-        metadata: dict[str, Any] = {"tool_call_id": call.get("id")}
-        args: Any = call["args"]
-        if ran is not None and ran.get("args") != args:  # a pre_tool_call hook rewrote them
-            metadata["model_args"] = args
-            args = ran.get("args")
-        record: dict[str, Any] = {
-            "id": span,
-            "trace_id": ctx.trace_id,
-            "parent_id": ctx.span_id,
-            "type": "tool",
-            "name": call["name"],
-            "start_time": start,
-            "end_time": time.time(),
-            "input": args,  # what the tool ran with; the model's own in model_args
-            "metadata": metadata,
-        }
-        message = tool_message_of(result, call.get("id"))
-        if isinstance(result, Command):
-            metadata["command"] = True
-            if result.goto:
-                metadata["goto"] = str(result.goto)
-        if message is not None:
-            record["output"] = message.content
-            if message.status == "error":
-                record["level"] = "ERROR"
-        if error is not None:
-            record["level"] = "ERROR"
-            record["status_message"] = f"{type(error).__name__}: {error}"
-        return record
 
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
@@ -618,22 +603,8 @@ class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
         ctx = current_context()
         if ctx is None:
             return handler(request)
-        span, start, seen = _span_id(), time.time(), _SeenTool()
-        token = _SEEN_TOOL.set(seen)
-        here = enter_context(TraceContext(ctx.trace_id, span))  # sub-agents attach here
-        try:
-            result = handler(request)
-        except BaseException as exc:
-            self.tracer.store.put_observation(
-                self._tool_record(ctx, span, request, seen.call, start, None, exc)
-            )
-            raise
-        finally:
-            leave_context(here)
-            _SEEN_TOOL.reset(token)
-        self.tracer.store.put_observation(
-            self._tool_record(ctx, span, request, seen.call, start, result, None)
-        )
+        with _TracedToolCall(self.tracer.store, ctx, request) as call:
+            result = call.result = handler(request)
         return result
 
     async def awrap_tool_call(
@@ -644,22 +615,8 @@ class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
         ctx = current_context()
         if ctx is None:
             return await handler(request)
-        span, start, seen = _span_id(), time.time(), _SeenTool()
-        token = _SEEN_TOOL.set(seen)
-        here = enter_context(TraceContext(ctx.trace_id, span))
-        try:
-            result = await handler(request)
-        except BaseException as exc:
-            self.tracer.store.put_observation(
-                self._tool_record(ctx, span, request, seen.call, start, None, exc)
-            )
-            raise
-        finally:
-            leave_context(here)
-            _SEEN_TOOL.reset(token)
-        self.tracer.store.put_observation(
-            self._tool_record(ctx, span, request, seen.call, start, result, None)
-        )
+        with _TracedToolCall(self.tracer.store, ctx, request) as call:
+            result = call.result = await handler(request)
         return result
 
 

@@ -8,7 +8,17 @@ from evoharness.evolve.environment import (
     ScoreEvidence,
     load_plugin,
 )
-from evoharness.evolve.evidence import EpisodeEvidence, Intervention
+from evoharness.evolve.episodes.evidence import EpisodeEvidence, Intervention
+from evoharness.evolve.episodes.sessions import SessionView, sessions
+from evoharness.evolve.episodes.traces import (
+    Episode,
+    EpisodeFilter,
+    LangfuseTraceSource,
+    LocalTraceSource,
+    ToolCallRecord,
+    TraceSource,
+    build_episode,
+)
 from evoharness.evolve.jobs import JudgePool, JudgeReport, judge_episodes, write_scores
 from evoharness.evolve.judge import (
     DEFAULT_CHECKS,
@@ -30,17 +40,7 @@ from evoharness.evolve.routing import (
     routes_for,
 )
 from evoharness.evolve.rubric import Rubric, RubricGenerator, RubricItem
-from evoharness.evolve.sessions import SessionView, sessions
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import (
-    Episode,
-    EpisodeFilter,
-    LangfuseTraceSource,
-    LocalTraceSource,
-    ToolCallRecord,
-    TraceSource,
-    build_episode,
-)
 from evoharness.sdk.memory import (
     MemoryEntry,
     MemoryRetriever,

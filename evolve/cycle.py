@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from evoharness.evolve.curation import Proposer
+from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
 from evoharness.evolve.jobs import Grader, JudgeReport, judge_episodes
 from evoharness.evolve.layers import LayerRouting, summarize_decisions
 from evoharness.evolve.memory import apply_feedback, reduce_ops
@@ -21,7 +22,6 @@ from evoharness.evolve.routing import (
 )
 from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import Episode, EpisodeFilter, TraceSource
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.memory import MemoryStore
 from evoharness.sdk.registry import GuardRuleVersions

@@ -18,9 +18,9 @@ from evoharness.evolve.environment import (
     load_plugin,
     runtime_of,
 )
+from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
 from evoharness.evolve.jobs import judge_episodes
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import Environment
 from evoharness.sdk.memory import MemoryEntry, MemoryStore, memory_provider

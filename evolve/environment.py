@@ -1,7 +1,7 @@
 """Environment plugins as evolve sees them: checker, rubric items, case keys, lesson hints.
 
 An application (or an example such as the shop) describes itself to evolve with an
-:class:`EvolveEnvironment`: an optional checker over an :class:`~evoharness.evolve.traces.
+:class:`EvolveEnvironment`: an optional checker over an :class:`~evoharness.evolve.episodes.traces.
 Episode`, rubric items, the key that groups cases, imperative lesson hints, and a mapping
 from scores the app recorded on its traces (user feedback, task success) to evidence. The
 run side (tasks and splits, tools, offline model) is the SDK's
@@ -21,9 +21,9 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from evoharness.evolve.curation import RuleProposer, default_pattern
+from evoharness.evolve.episodes.traces import Episode
 from evoharness.evolve.judge import DEFAULT_CHECKS, Judge, LLMJudge, RuleCheck, RuleJudge
 from evoharness.evolve.rubric import BASE_ITEMS, ItemResult, Rubric, RubricGenerator, RubricItem
-from evoharness.evolve.traces import Episode
 from evoharness.harness import ConfigError
 from evoharness.sdk.environment import Environment, resolve_plugin
 

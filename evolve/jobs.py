@@ -13,10 +13,11 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from evoharness.evolve.episodes.sessions import SessionView
+from evoharness.evolve.episodes.traces import Episode
 from evoharness.evolve.judge import JudgeFailure, RelativeJudge, Verdict
 from evoharness.evolve.rubric import Rubric, RubricGenerator, query_hash
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import Episode
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.executors import Executor, LocalExecutor
@@ -239,6 +240,12 @@ async def judge_episodes(
     if tasks:
         await asyncio.gather(*tasks)
     return report
+
+
+async def judge_session(view: SessionView, *, grader: Grader, rubrics: RubricGenerator) -> Verdict:
+    """Grade a whole session with the per-turn machinery (rubric of all its requests)."""
+    whole = view.episode()
+    return await grader.judge(whole, rubrics.rubric(whole.query or ""))
 
 
 def group_key(episode: Episode) -> str:

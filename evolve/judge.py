@@ -19,10 +19,10 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field, ValidationError
 
 from evoharness.evolve._json import extract_json
+from evoharness.evolve.episodes.traces import Episode
 from evoharness.evolve.rubric import ItemResult as ItemResult
 from evoharness.evolve.rubric import Priority, Rubric
 from evoharness.evolve.signals import check_signals
-from evoharness.evolve.traces import Episode
 from evoharness.harness.errors import RunError
 from evoharness.harness.tracing.masking import SECRET_PATTERNS, Masker
 from evoharness.sdk.registry.base import content_hash

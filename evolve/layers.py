@@ -37,11 +37,11 @@ from pydantic import BaseModel, Field
 
 from evoharness.evolve.curation import default_pattern
 from evoharness.evolve.environment import EvolveEnvironment, lesson_hints_of
+from evoharness.evolve.episodes.traces import Episode, TraceSource
 from evoharness.evolve.judge import P2_FAIL_BELOW, failed_items
 from evoharness.evolve.monitor import Finding, read_findings
 from evoharness.evolve.routing import ROUTES
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import Episode, TraceSource
 from evoharness.sdk.memory import MemoryEntry
 from evoharness.sdk.registry import ArtifactVersion, Registry, live_since
 

@@ -32,8 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, LocalTraceSource
 from evoharness.evolve.monitor import Finding, is_internal, read_findings, version_group
-from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.registry import Registry
 

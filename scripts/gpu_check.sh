@@ -56,7 +56,7 @@ from pathlib import Path
 
 from evoharness.evolve.benchmarks.weights import compare_throughput, simulate_goodcases
 from evoharness.evolve.datasets.build import Gates, build_sft, tool_schemas
-from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
+from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
 from evoharness.evolve.train.config import SFTRunConfig
 from evoharness.evolve.train.runner import train
 from evoharness.harness.tracing import TraceStore

@@ -30,11 +30,11 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from evoharness.evolve.environment import GENERIC, build_judge, build_rubrics, load_plugin
+from evoharness.evolve.episodes.traces import LocalTraceSource
 from evoharness.evolve.jobs import judge_episodes
 from evoharness.evolve.judge import Judge, RuleJudge, check_leaks, check_process
 from evoharness.evolve.routing import RouteConfig
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import LocalTraceSource
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.runner import TaskResult, run_tasks
 from evoharness.sdk.testing import ScriptedChatModel

@@ -58,9 +58,9 @@ from evoharness.evolve.environment import (
     build_rubrics,
     load_plugin,
 )
+from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, LocalTraceSource
 from evoharness.evolve.memory import MemoryOp, reduce_ops
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource
 from evoharness.harness.context import ContextConfig, ContextMiddleware
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.harness.tracing.store import RecordKind

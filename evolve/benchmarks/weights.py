@@ -40,7 +40,7 @@ from langchain_core.messages import AIMessage
 from pydantic import BaseModel
 
 from evoharness.evolve.datasets.build import Dataset, Gates, build_dpo, build_sft, tool_schemas
-from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource
+from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, LocalTraceSource
 from evoharness.evolve.train.config import DPORunConfig, SFTRunConfig
 from evoharness.evolve.train.runner import build_trainer, prepare_rows, train
 from evoharness.evolve.train.versions import (

@@ -1,6 +1,6 @@
 """Build SFT, DPO and GRPO datasets from episodes, with gates, dedupe, task splits, manifest.
 
-Episodes are read only through :class:`~evoharness.evolve.traces.TraceSource`, so the same
+Episodes are read only through :class:`~evoharness.evolve.episodes.traces.TraceSource`, so the same
 build works from the local trace store and from Langfuse. Whether a run succeeded is decided by
 its verdict (:class:`~evoharness.evolve.judge.Verdict`, e.g. from
 :meth:`EvolveState.verdicts <evoharness.evolve.state.EvolveState.verdicts>`) and/or the
@@ -22,10 +22,10 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, Field
 
 from evoharness.evolve.datasets.rows import DPORow, GRPOTask, SFTRow, chat_messages
+from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
 from evoharness.evolve.jobs import group_key
 from evoharness.evolve.judge import Verdict
 from evoharness.evolve.routing import routes_for
-from evoharness.evolve.traces import Episode, EpisodeFilter, TraceSource
 from evoharness.harness import ConfigError
 from evoharness.sdk.environment import Environment
 from evoharness.sdk.registry.base import content_hash

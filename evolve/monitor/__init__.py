@@ -1,7 +1,7 @@
 """The degradation monitor: is the agent getting worse, and which layer should act?
 
 Four checks over the trace store (local or Langfuse, through a
-:class:`~evoharness.evolve.traces.TraceSource`) and the artifact registry:
+:class:`~evoharness.evolve.episodes.traces.TraceSource`) and the artifact registry:
 
 - **quality drift**: rubric total and P0 rate per prompt/adapter version, tested with an
   always-valid sequential test (:class:`DriftDetector`), not a fixed threshold;

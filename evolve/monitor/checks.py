@@ -17,9 +17,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from evoharness.evolve.datasets.build import DatasetManifest
+from evoharness.evolve.episodes.traces import Episode
 from evoharness.evolve.monitor.findings import Finding, Layer
 from evoharness.evolve.monitor.sequential import Direction, DriftDetector
-from evoharness.evolve.traces import Episode
 from evoharness.sdk.registry import ArtifactNotFound, Registry, live_since
 
 

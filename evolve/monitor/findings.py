@@ -4,7 +4,7 @@ One monitor run is one trace named ``evoharness.monitor``, tagged :data:`INTERNA
 :data:`MONITOR_TAG`, whose output holds every finding and which carries one ``event``
 observation per finding (``monitor.<check>``; level ``WARNING`` or ``ERROR``). The trace goes
 through the store like any other, so it is exported to Langfuse and read back through any
-:class:`~evoharness.evolve.traces.TraceSource`.
+:class:`~evoharness.evolve.episodes.traces.TraceSource`.
 
 Evolve's own reads must leave these traces alone: :func:`is_internal` says whether an episode
 is one, and :func:`exclude_internal` wraps an ``owns`` predicate (``run_cycle(owns=...)``) so
@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from evoharness.evolve.traces import Episode, EpisodeFilter, TraceSource
+from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
 from evoharness.harness.tracing import TraceStore, new_span_id, root_span_id, trace_id_for
 
 INTERNAL_TAG = "evoharness.internal"

@@ -9,6 +9,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from evoharness.evolve.episodes.traces import (
+    Episode,
+    EpisodeFilter,
+    LocalTraceSource,
+    TraceSource,
+    build_episode,
+)
 from evoharness.evolve.monitor.checks import (
     DriftConfig,
     ToolSample,
@@ -19,13 +26,6 @@ from evoharness.evolve.monitor.checks import (
     tool_decay,
 )
 from evoharness.evolve.monitor.findings import Finding, is_internal, record_findings
-from evoharness.evolve.traces import (
-    Episode,
-    EpisodeFilter,
-    LocalTraceSource,
-    TraceSource,
-    build_episode,
-)
 from evoharness.harness.tracing import Observation, TraceStore
 from evoharness.sdk.registry import ArtifactNotFound, Registry
 

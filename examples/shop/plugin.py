@@ -13,9 +13,9 @@ from functools import cached_property
 from typing import Any
 
 from evoharness.evolve.environment import ScoreEvidence
+from evoharness.evolve.episodes.traces import Episode
 from evoharness.evolve.judge import RuleCheck
 from evoharness.evolve.rubric import RubricItem
-from evoharness.evolve.traces import Episode
 from evoharness.examples.shop.env import ShopEnvironment
 from evoharness.examples.shop.judge import ShopRules
 

@@ -25,8 +25,8 @@ from langchain_core.tools import BaseTool, tool
 from pydantic import BaseModel
 
 from evoharness.evolve.environment import EnvironmentPlugin
+from evoharness.evolve.episodes.traces import Episode
 from evoharness.evolve.rubric import ItemResult, Rubric, RubricItem
-from evoharness.evolve.traces import Episode
 from evoharness.harness import HarnessConfig, default_middleware
 from evoharness.sdk.environment import Outcome, TaskSpec
 from evoharness.sdk.testing import ScriptedChatModel

@@ -18,8 +18,8 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 from langchain_core.tools import tool
 
 from evoharness.evolve.environment import EnvironmentPlugin
+from evoharness.evolve.episodes.traces import Episode
 from evoharness.evolve.rubric import ItemResult, Rubric, RubricItem
-from evoharness.evolve.traces import Episode
 from evoharness.harness import HarnessConfig, default_middleware
 from evoharness.harness.tracing import RunInfo, Tracer, TraceStore
 from evoharness.sdk import EvoAgent, create_evo_agent

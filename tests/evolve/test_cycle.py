@@ -13,10 +13,10 @@ from evoharness.evolve.cli import main
 from evoharness.evolve.curation import RuleProposer
 from evoharness.evolve.cycle import run_cycle
 from evoharness.evolve.demo import run_demo
+from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
 from evoharness.evolve.judge import DEFAULT_CHECKS, Judge, RuleJudge
 from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
 from evoharness.examples.shop.env import ShopEnvironment
 from evoharness.examples.shop.judge import ShopRules
 from evoharness.harness.tracing import Tracer, TraceStore

@@ -8,10 +8,10 @@ from typing import Any
 
 from evoharness.evolve.curation import RuleProposer
 from evoharness.evolve.cycle import CycleReport, run_cycle
+from evoharness.evolve.episodes.traces import LocalTraceSource
 from evoharness.evolve.judge import Judge, RuleJudge
 from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import LocalTraceSource
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import load_environment
 from evoharness.sdk.memory import MemoryStore

@@ -25,9 +25,9 @@ from evoharness.evolve.environment import (
     default_case_key,
     load_plugin,
 )
+from evoharness.evolve.episodes.traces import Episode, LocalTraceSource, ToolCallRecord
 from evoharness.evolve.jobs import judge_episodes
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import Episode, LocalTraceSource, ToolCallRecord
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import load_environment

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from evoharness.evolve.traces import LocalTraceSource
+from evoharness.evolve.episodes.traces import LocalTraceSource
 from evoharness.harness import HarnessConfig, default_middleware
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk import create_evo_agent

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from evoharness.evolve.episodes.traces import Episode, ToolCallRecord
 from evoharness.evolve.judge import (
     DEFAULT_CHECKS,
     Judge,
@@ -17,7 +18,6 @@ from evoharness.evolve.judge import (
     verdict_from,
 )
 from evoharness.evolve.rubric import BASE_ITEMS, RubricGenerator, RubricItem, query_hash
-from evoharness.evolve.traces import Episode, ToolCallRecord
 from evoharness.examples.shop.catalogue import generate_catalogue
 from evoharness.examples.shop.judge import SHOP_ITEMS, ShopRules
 from evoharness.examples.shop.rules import item_violations, pick_items

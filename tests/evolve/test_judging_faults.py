@@ -10,11 +10,11 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 
+from evoharness.evolve.episodes.traces import Episode, ToolCallRecord
 from evoharness.evolve.jobs import fingerprint, judge_episodes
 from evoharness.evolve.judge import Judge, RuleJudge, Verdict
 from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import Episode, ToolCallRecord
 from evoharness.sdk.testing import ScriptedChatModel
 
 

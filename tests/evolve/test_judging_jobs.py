@@ -22,13 +22,18 @@ from calc_world import BY_REQUEST, CalcDesk, make_tasks
 from evoharness.evolve.cli import main
 from evoharness.evolve.cycle import run_cycle
 from evoharness.evolve.environment import build_judge, build_proposer, build_rubrics, load_plugin
-from evoharness.evolve.jobs import judge_episodes
+from evoharness.evolve.episodes.sessions import sessions
+from evoharness.evolve.episodes.traces import (
+    Episode,
+    EpisodeFilter,
+    LocalTraceSource,
+    ToolCallRecord,
+)
+from evoharness.evolve.jobs import judge_episodes, judge_session
 from evoharness.evolve.judge import JUDGE_PROMPT, Judge, LLMJudge, RuleJudge
 from evoharness.evolve.judge_prompts import JudgePrompts
 from evoharness.evolve.rubric import RUBRIC_PROMPT, RubricGenerator
-from evoharness.evolve.sessions import judge_session, sessions
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource, ToolCallRecord
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.memory import MemoryStore
 from evoharness.sdk.registry import open_registry

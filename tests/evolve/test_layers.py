@@ -15,6 +15,7 @@ from evoharness.evolve.environment import (
     build_proposer,
     build_rubrics,
 )
+from evoharness.evolve.episodes.traces import Episode, LocalTraceSource
 from evoharness.evolve.judge import verdict_from
 from evoharness.evolve.layers import (
     DECISIONS_KIND,
@@ -33,7 +34,6 @@ from evoharness.evolve.monitor import Finding, record_findings
 from evoharness.evolve.routing import package
 from evoharness.evolve.rubric import ItemResult, Rubric, RubricItem
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import Episode, LocalTraceSource
 from evoharness.harness.tracing import TraceStore, new_span_id, root_span_id, trace_id_for
 from evoharness.sdk.memory import MemoryEntry, MemoryStore
 from evoharness.sdk.registry import open_registry

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from evoharness.evolve.episodes.traces import Episode
 from evoharness.evolve.jobs import judge_episodes
 from evoharness.evolve.judge import Verdict
 from evoharness.evolve.memory import DAY, MemoryOp, apply_feedback, confidence, reduce_ops
@@ -17,7 +18,6 @@ from evoharness.evolve.routing import (
 )
 from evoharness.evolve.rubric import Rubric, RubricGenerator
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import Episode
 from evoharness.harness import GuardRule, GuardRuleSet
 from evoharness.sdk.memory import (
     MemoryEntry,

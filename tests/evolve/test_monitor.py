@@ -14,6 +14,13 @@ from typer.testing import CliRunner
 from evoharness.evolve.benchmarks import monitor as bench_monitor
 from evoharness.evolve.cli import build_app
 from evoharness.evolve.datasets.build import DatasetManifest, SplitInfo
+from evoharness.evolve.episodes.traces import (
+    Episode,
+    EpisodeFilter,
+    LangfuseTraceSource,
+    LocalTraceSource,
+    TraceSource,
+)
 from evoharness.evolve.monitor import (
     INTERNAL_TAG,
     DriftConfig,
@@ -25,13 +32,6 @@ from evoharness.evolve.monitor import (
     mentioned_tools,
     read_findings,
     run_monitor,
-)
-from evoharness.evolve.traces import (
-    Episode,
-    EpisodeFilter,
-    LangfuseTraceSource,
-    LocalTraceSource,
-    TraceSource,
 )
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import TraceStore, new_span_id, root_span_id, trace_id_for

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evoharness.evolve.traces import (
+from evoharness.evolve.episodes.traces import (
     EpisodeFilter,
     LangfuseTraceSource,
     LocalTraceSource,
@@ -94,7 +94,7 @@ def test_traces_cli(recorded: TraceStore, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_both_sources_filter_windows_server_side(tmp_path: Path) -> None:
-    from evoharness.evolve.traces import EpisodeFilter as F
+    from evoharness.evolve.episodes.traces import EpisodeFilter as F
     from evoharness.harness.tracing import root_span_id, trace_id_for
 
     store = TraceStore(tmp_path / "w.db", linger_s=0)

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from evoharness.evolve.benchmarks import scale
 from evoharness.evolve.cli.bench import app
-from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource
+from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, LocalTraceSource
 from evoharness.harness.tracing import TraceStore
 
 KEYS = ["read_exp", "cycle_history_exp", "context_round_exp", "memory_exp", "read_100k_window_s"]

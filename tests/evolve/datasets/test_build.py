@@ -20,8 +20,8 @@ from evoharness.evolve.datasets.build import (
     split_of,
 )
 from evoharness.evolve.datasets.rows import chat_messages
+from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
 from evoharness.evolve.judge import Verdict
-from evoharness.evolve.traces import Episode, EpisodeFilter, TraceSource
 from evoharness.harness import ConfigError
 
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
@@ -186,7 +186,7 @@ def test_grpo_task_set_from_environment() -> None:
 
 
 def test_episodes_expose_the_last_generations_token_ids() -> None:
-    from evoharness.evolve.traces import build_episode
+    from evoharness.evolve.episodes.traces import build_episode
     from evoharness.harness.tracing import Observation, Trace
 
     trace = Trace(id="a" * 32, run_id="r", start_time=1.0, status="ok", input="q")

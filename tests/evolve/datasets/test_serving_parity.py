@@ -25,7 +25,7 @@ from langchain_core.messages import (
 )
 
 from evoharness.evolve.datasets.build import Gates, build_sft, tool_schemas
-from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
+from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import load_environment
 from evoharness.sdk.runner import run_tasks

@@ -12,6 +12,7 @@ from pathlib import Path
 import prompt_world as pw
 import pytest
 
+from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
 from evoharness.evolve.prompting import (
     EvalResults,
     PairedEvaluation,
@@ -20,7 +21,6 @@ from evoharness.evolve.prompting import (
     mcnemar_exact,
     template_from_text,
 )
-from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.executors import LocalExecutor
 

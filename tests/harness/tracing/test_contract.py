@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel
 
-from evoharness.evolve.traces import EpisodeFilter, LangfuseTraceSource, LocalTraceSource
+from evoharness.evolve.episodes.traces import EpisodeFilter, LangfuseTraceSource, LocalTraceSource
 from evoharness.harness.tracing import RunInfo, TraceStore, root_span_id, trace_id_for
 from evoharness.harness.tracing.langfuse_export import LangfuseExporter
 from evoharness.harness.tracing.schema import (

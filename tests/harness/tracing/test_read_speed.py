@@ -19,7 +19,12 @@ from typing import Any
 import pytest
 
 from evoharness.evolve.benchmarks.scale import record, replicate
-from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource, build_episode
+from evoharness.evolve.episodes.traces import (
+    Episode,
+    EpisodeFilter,
+    LocalTraceSource,
+    build_episode,
+)
 from evoharness.harness.tracing import Score, Trace, TraceStore
 from evoharness.harness.tracing import _reads as reads_module
 from evoharness.harness.tracing.store import TraceQuery, gc_paused

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from evoharness.evolve.traces import EpisodeFilter, LocalTraceSource
+from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
 from evoharness.harness.tracing import TraceStore, root_span_id, trace_id_for
 from evoharness.harness.tracing.langfuse_export import LangfuseExporter
 from evoharness.harness.tracing.store import TraceQuery

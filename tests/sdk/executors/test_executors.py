@@ -11,11 +11,11 @@ from typing import Any, overload
 
 import pytest
 
+from evoharness.evolve.episodes.traces import Episode, ToolCallRecord
 from evoharness.evolve.jobs import JudgePool
 from evoharness.evolve.judge import Judge, RuleJudge
 from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import Episode, ToolCallRecord
 from evoharness.harness import ConfigError, HookError
 from evoharness.sdk.executors import Executor, LocalExecutor, open_executor
 from evoharness.sdk.testing.workloads import fail_on_three, square, worker_pid

@@ -3,8 +3,8 @@
 Loop stops, open circuits, budget exhaustion, guard blocks, rejected or malformed tool calls,
 truncations and errors are recorded in a trace as ``event`` observations (and malformed
 calls inside generations). :func:`extract_evidence` reads them back into an
-:class:`EpisodeEvidence`, which :class:`~evoharness.evolve.traces.Episode` carries, so a judge
-sees that a run was stopped even when its final answer looks clean.
+:class:`EpisodeEvidence`, which :class:`~evoharness.evolve.episodes.traces.Episode` carries,
+so a judge sees that a run was stopped even when its final answer looks clean.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Multi-turn sessions: an episode per turn, and a session view the judge can grade.
 
 Each invocation of an agent is its own trace, so each turn is its own
-:class:`~evoharness.evolve.traces.Episode` carrying that turn's request. :func:`sessions`
+:class:`~evoharness.evolve.episodes.traces.Episode` carrying that turn's request. :func:`sessions`
 groups the turns of each session in order; :meth:`SessionView.episode` flattens a session
 into one episode (every request, every tool call, the last answer, all interventions) so
-any grader judges the whole conversation with the same rubric machinery.
+any grader judges the whole conversation with the same rubric machinery
+(:func:`~evoharness.evolve.jobs.judge_session`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,8 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
-from evoharness.evolve.evidence import EpisodeEvidence
-from evoharness.evolve.jobs import Grader
-from evoharness.evolve.judge import Verdict
-from evoharness.evolve.rubric import RubricGenerator
-from evoharness.evolve.traces import Episode
+from evoharness.evolve.episodes.evidence import EpisodeEvidence
+from evoharness.evolve.episodes.traces import Episode
 from evoharness.harness.tracing import Usage
 
 
@@ -83,9 +81,3 @@ def sessions(episodes: Iterable[Episode]) -> list[SessionView]:
         for k, v in groups.items()
     ]
     return sorted(views, key=lambda s: (s.turns[0].start_time, s.session_id))
-
-
-async def judge_session(view: SessionView, *, grader: Grader, rubrics: RubricGenerator) -> Verdict:
-    """Grade a whole session with the per-turn machinery (rubric of all its requests)."""
-    whole = view.episode()
-    return await grader.judge(whole, rubrics.rubric(whole.query or ""))

@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from evoharness.evolve.evidence import EpisodeEvidence, extract_evidence
+from evoharness.evolve.episodes.evidence import EpisodeEvidence, extract_evidence
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import Observation, Score, Trace, TraceStore, Usage
 from evoharness.harness.tracing.langfuse_codec import (
@@ -66,7 +66,7 @@ class Episode(Versions):
     end_time: float | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     evidence: EpisodeEvidence = Field(default_factory=EpisodeEvidence)
-    """Interventions and other harness signals (see :mod:`evoharness.evolve.evidence`)."""
+    """Interventions and other harness signals (see :mod:`evoharness.evolve.episodes.evidence`)."""
     prompt_token_ids: list[int] | None = None
     """The last model call's prompt token ids, when the server returned them."""
     completion_token_ids: list[int] | None = None

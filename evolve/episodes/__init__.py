@@ -1,0 +1,42 @@
+"""Episodes: traces read back through a ``TraceSource``, their evidence, and sessions.
+
+An :class:`Episode` is one trace flattened into what evolve grades (query, messages as the
+model saw them, tool calls and results, final answer, usage, versions, scores), read from
+the local store or from Langfuse through the same :class:`TraceSource` protocol.
+:class:`EpisodeEvidence` is what the harness did during the run (interventions such as
+rejected tool calls, loop breaks, guard redactions); :func:`sessions` groups the turns of
+multi-turn sessions.
+"""
+
+from evoharness.evolve.episodes.evidence import (
+    EpisodeEvidence,
+    Intervention,
+    InterventionKind,
+    extract_evidence,
+)
+from evoharness.evolve.episodes.sessions import SessionView, sessions
+from evoharness.evolve.episodes.traces import (
+    Episode,
+    EpisodeFilter,
+    LangfuseTraceSource,
+    LocalTraceSource,
+    ToolCallRecord,
+    TraceSource,
+    build_episode,
+)
+
+__all__ = [
+    "Episode",
+    "EpisodeEvidence",
+    "EpisodeFilter",
+    "Intervention",
+    "InterventionKind",
+    "LangfuseTraceSource",
+    "LocalTraceSource",
+    "SessionView",
+    "ToolCallRecord",
+    "TraceSource",
+    "build_episode",
+    "extract_evidence",
+    "sessions",
+]

@@ -18,6 +18,7 @@ from evoharness.sdk.session.adapter import (
 from evoharness.sdk.session.door import (
     PIN_KEY,
     ArtifactSource,
+    PinnedRequestMiddleware,
     Resolved,
     SessionContext,
     SessionDoor,
@@ -41,6 +42,7 @@ __all__ = [
     "PinnedGuardRulesMiddleware",
     "PinnedMemoryMiddleware",
     "PinnedPromptMiddleware",
+    "PinnedRequestMiddleware",
     "PromptSource",
     "RegistryAdapterSource",
     "Resolved",

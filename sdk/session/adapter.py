@@ -17,15 +17,15 @@ with the served name.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain.agents.middleware import AgentMiddleware, ModelRequest
 from langchain_core.language_models import BaseChatModel
 
 from evoharness.harness.errors import ConfigError
 from evoharness.sdk.registry.base import Registry
-from evoharness.sdk.session.door import Resolved, SessionContext, pinned
+from evoharness.sdk.session.door import PinnedRequestMiddleware, Resolved, SessionContext, pinned
 
 __all__ = [
     "ADAPTER",
@@ -135,7 +135,7 @@ class RouterAdapterSource:
         return
 
 
-class PinnedAdapterMiddleware(AgentMiddleware[Any, Any, Any]):
+class PinnedAdapterMiddleware(PinnedRequestMiddleware):
     """Serves every model call of a session with the session's pinned adapter.
 
     Args:
@@ -150,22 +150,8 @@ class PinnedAdapterMiddleware(AgentMiddleware[Any, Any, Any]):
     def name(self) -> str:
         return f"PinnedAdapter[{self.adapter}]"
 
-    def _request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+    def rewrite(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         got = pinned(ADAPTER, self.adapter)
         if got is None or not isinstance(got.value, str):
             return request  # no adapter active: the base model serves
         return request.override(model=model_with_adapter(request.model, got.value))
-
-    def wrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
-        return handler(self._request(request))
-
-    async def awrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
-        return await handler(self._request(request))

@@ -19,10 +19,10 @@ import dataclasses
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langgraph.config import get_config
 
 from evoharness.harness.errors import ConfigError
@@ -30,6 +30,7 @@ from evoharness.harness.errors import ConfigError
 __all__ = [
     "PIN_KEY",
     "ArtifactSource",
+    "PinnedRequestMiddleware",
     "Resolved",
     "SessionContext",
     "SessionDoor",
@@ -258,3 +259,26 @@ class SessionDoor:
         except Exception as exc:  # an artifact is an aid: never take the app down
             log.warning("%s/%s not resolved for a session: %s", source.kind, source.name, exc)
             return Resolved(source.kind, source.name, fallback=f"{type(exc).__name__}: {exc}")
+
+
+class PinnedRequestMiddleware(AgentMiddleware[Any, Any, Any]):
+    """Base of a source's middleware that rewrites each model request from the pin: the
+    decision lives once in :meth:`rewrite`; the sync and async hooks only call it."""
+
+    def rewrite(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """The request as the session's pinned artifact serves it (default: unchanged)."""
+        return request
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        return handler(self.rewrite(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        return await handler(self.rewrite(request))

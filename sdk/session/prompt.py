@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain.agents.middleware import AgentMiddleware, ModelRequest
 from langchain_core.messages import SystemMessage
 
 from evoharness.sdk.prompts.store import PromptStore
 from evoharness.sdk.prompts.template import PromptVersion
 from evoharness.sdk.rollout.controller import Assignment, RolloutController
-from evoharness.sdk.session.door import Resolved, SessionContext, pinned
+from evoharness.sdk.session.door import PinnedRequestMiddleware, Resolved, SessionContext, pinned
 
 __all__ = ["PROMPT", "PinnedPromptMiddleware", "PromptSource"]
 
@@ -99,7 +99,7 @@ class PromptSource:
         return PinnedPromptMiddleware(self.name)
 
 
-class PinnedPromptMiddleware(AgentMiddleware[Any, Any, Any]):
+class PinnedPromptMiddleware(PinnedRequestMiddleware):
     """Serves the session's pinned system prompt to every model call of the session.
 
     Outside an :class:`~evoharness.sdk.agent.EvoAgent` run (no pin), or when the prompt fell
@@ -117,22 +117,8 @@ class PinnedPromptMiddleware(AgentMiddleware[Any, Any, Any]):
     def name(self) -> str:
         return f"PinnedPrompt[{self.prompt}]"
 
-    def _request(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+    def rewrite(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         got = pinned(PROMPT, self.prompt)
         if got is None or not isinstance(got.value, str):
             return request
         return request.override(system_message=SystemMessage(got.value))
-
-    def wrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
-        return handler(self._request(request))
-
-    async def awrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
-        return await handler(self._request(request))

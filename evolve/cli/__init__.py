@@ -1,8 +1,10 @@
 """The full ``evoharness`` command line (the console script): the SDK's commands plus the
 command groups of the layer above it.
 
-:func:`build_app` makes a fresh app each call and mounts every group listed in
-:data:`GROUPS` and :data:`COMMANDS`; no module mutates another's app at import time.
+:func:`build_app` makes a fresh app each call: the SDK's app
+(:func:`evoharness.sdk.cli.build_app`: ``run``, ``traces``, ``prompts``, ``registry``) with
+every group listed in :data:`GROUPS` and :data:`COMMANDS` mounted on it; no module mutates
+another's app at import time. Every command of this layer is defined in this package.
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ import typer
 from evoharness.evolve.cli import bench, demo, monitor, prompting, report
 from evoharness.evolve.cli import evolve as evolve_cmd
 from evoharness.sdk import cli as sdk_cli
-from evoharness.sdk import cli_prompts
-from evoharness.sdk.registry import cli as registry_cli
 
 __all__ = ["COMMANDS", "GROUPS", "build_app", "main"]
 
@@ -24,8 +24,6 @@ __all__ = ["COMMANDS", "GROUPS", "build_app", "main"]
 GROUPS: list[tuple[str, typer.Typer]] = [
     ("evolve", evolve_cmd.app),
     ("bench", bench.app),
-    ("prompts", cli_prompts.app),
-    ("registry", registry_cli.app),
     ("prompt-evolve", prompting.app),
 ]
 # ... and one line per top-level command (name, function).

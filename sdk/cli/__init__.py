@@ -1,10 +1,13 @@
 """The ``evoharness`` command line: the root app, the SDK's commands, and the entry shell.
 
-The console script lives in the top layer (:mod:`evoharness.evolve.cli`), which builds a fresh
-app with :func:`build_app`, mounts its own command groups on it and runs it with
-:func:`run_app`. Nothing here mutates an app at import time, and nothing looks up modules of a
-higher layer. Commands return exit codes: 0 on success, 1 when the work failed, 2 for bad
-arguments or configuration (one clear line on stderr).
+Every SDK command lives in this package, one module per command or group (``run``,
+``traces``, ``prompts``, ``registry``); the options several commands take are defined once in
+:mod:`~evoharness.sdk.cli.options`. The console script lives in the top layer
+(:mod:`evoharness.evolve.cli`), which builds a fresh app with :func:`build_app`, mounts its
+own command groups on it and runs it with :func:`run_app`. Nothing here mutates an app at
+import time, and nothing looks up modules of a higher layer. Commands return exit codes: 0 on
+success, 1 when the work failed, 2 for bad arguments or configuration (one clear line on
+stderr).
 """
 
 from __future__ import annotations
@@ -15,17 +18,22 @@ from importlib.metadata import version
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from evoharness.harness import ConfigError
+from evoharness.sdk.cli import prompts, registry, traces
 from evoharness.sdk.cli import run as run_cmd
-from evoharness.sdk.cli import traces
-from evoharness.sdk.cli.traces import TRACE_DB
+from evoharness.sdk.cli._console import console
+from evoharness.sdk.cli.options import TRACE_DB
 from evoharness.sdk.runtime import inline_untraced_bookkeeping
 
-__all__ = ["TRACE_DB", "build_app", "console", "main", "run_app"]
+__all__ = ["GROUPS", "TRACE_DB", "build_app", "console", "main", "run_app"]
 
-console = Console(soft_wrap=True)  # long report lines stay one line when piped
+# The SDK's command groups (name, Typer app); ``run`` is a single command.
+GROUPS: list[tuple[str, typer.Typer]] = [
+    ("traces", traces.app),
+    ("prompts", prompts.app),
+    ("registry", registry.app),
+]
 
 
 def _version(value: bool) -> None:
@@ -43,7 +51,7 @@ def _root(
 
 
 def build_app() -> typer.Typer:
-    """A fresh root app with the SDK's commands (``run``, ``traces``)."""
+    """A fresh root app with the SDK's commands (``run``, ``traces``, ``prompts``, ``registry``)."""
     app = typer.Typer(
         name="evoharness",
         help="Run agents inside the evoharness harness and evolve them from their traces.",
@@ -53,7 +61,8 @@ def build_app() -> typer.Typer:
     )
     app.callback()(_root)
     app.command("run")(run_cmd.run)
-    app.add_typer(traces.app, name="traces")
+    for name, group in GROUPS:
+        app.add_typer(group, name=name)
     return app
 
 
@@ -80,5 +89,5 @@ def run_app(app: typer.Typer, argv: Sequence[str] | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The SDK-only CLI (``run``, ``traces``); the full CLI is ``evoharness.evolve.cli.main``."""
+    """The SDK-only CLI (:func:`build_app`); the full CLI is ``evoharness.evolve.cli.main``."""
     return run_app(build_app(), argv)

@@ -10,12 +10,20 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from evoharness.harness.tracing import Tracer, TraceStore
-from evoharness.sdk.cli.traces import TRACE_DB
+from evoharness.sdk.cli._console import console
+from evoharness.sdk.cli.options import (
+    TRACE_DB,
+    ApiKeyEnvOption,
+    BaseUrlOption,
+    ConcurrencyOption,
+    EnvOption,
+    TaskLimitOption,
+    TraceDbOption,
+)
 from evoharness.sdk.environment import load_environment
 from evoharness.sdk.models import EndpointUnreachableError, model_factory
 from evoharness.sdk.models import preflight as check_model_endpoint
@@ -26,8 +34,6 @@ from evoharness.sdk.runner import (
     run_tasks,
     write_results,
 )
-
-console = Console(soft_wrap=True)  # long report lines stay one line when piped
 
 
 def results_table(title: str, reports: dict[str, RunReport]) -> Table:
@@ -157,21 +163,19 @@ def execute_run(
 
 
 def run(
-    env: Annotated[str, typer.Option(help="Environment name.")] = "shop",
+    env: EnvOption = "shop",
     split: Annotated[str, typer.Option(help="Task split: train, val or test.")] = "val",
     model: Annotated[str, typer.Option(help="'offline' (simulated) or 'openai:<name>'.")] = (
         "offline"
     ),
-    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint.")] = None,
-    api_key_env: Annotated[
-        str | None, typer.Option(help="Name of the env var holding the API key.")
-    ] = None,
-    concurrency: Annotated[int, typer.Option(min=1, max=256)] = 8,
-    limit: Annotated[int | None, typer.Option(min=1, help="Run only the first N tasks.")] = None,
+    base_url: BaseUrlOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    concurrency: ConcurrencyOption = 8,
+    limit: TaskLimitOption = None,
     faults: Annotated[str, typer.Option(help="Fault preset: demo or none.")] = "demo",
     harness: Annotated[bool, typer.Option(help="Wrap the agent in the harness.")] = True,
     out: Annotated[Path | None, typer.Option(help="Per-task results JSONL.")] = None,
-    trace_db: Annotated[Path, typer.Option(help="Local trace store (SQLite).")] = TRACE_DB,
+    trace_db: TraceDbOption = TRACE_DB,
     trace: Annotated[bool, typer.Option(help="Record traces.")] = True,
     context: Annotated[
         bool, typer.Option(help="Context engineering (projection, offload, summaries).")

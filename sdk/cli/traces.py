@@ -8,25 +8,22 @@ when that does not exist, the newest ``.evoharness/*/traces.db`` (the demo write
 from __future__ import annotations
 
 import json
-import os
 import time
 from contextlib import closing
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import Observation, TraceStore
 from evoharness.harness.tracing.store import TraceQuery
+from evoharness.sdk.cli._console import console
+from evoharness.sdk.cli.options import TRACE_DB, TagOption, TraceDbOption
 
 app = typer.Typer(help="Inspect and export recorded traces.", no_args_is_help=True)
-console = Console(soft_wrap=True)
-TRACE_DB = Path(os.environ.get("EVOHARNESS_TRACE_DB", ".evoharness/traces.db"))
-DbOption = Annotated[Path, typer.Option("--db", help="Local trace store (SQLite).")]
 
 
 def _find(db: Path) -> Path:
@@ -54,10 +51,10 @@ def _preview(value: object, width: int = 80) -> str:
 
 @app.command("list")
 def list_traces(
-    db: DbOption = TRACE_DB,
+    db: TraceDbOption = TRACE_DB,
     limit: Annotated[int, typer.Option(min=1)] = 20,
     status: Annotated[str | None, typer.Option(help="ok, error, running, incomplete")] = None,
-    tag: Annotated[list[str] | None, typer.Option(help="Only traces with this tag")] = None,
+    tag: TagOption = None,
 ) -> None:
     """The newest traces with their status, size and scores."""
     with closing(_open(db)) as store:
@@ -89,7 +86,7 @@ def _list(store: TraceStore, *, limit: int, status: str | None, tag: list[str] |
 @app.command()
 def show(
     trace_id: Annotated[str, typer.Argument(help="Trace id or a unique prefix of it")],
-    db: DbOption = TRACE_DB,
+    db: TraceDbOption = TRACE_DB,
 ) -> None:
     """A trace as a tree: agent, model calls, tool calls and harness decisions."""
     with closing(_open(db)) as store:
@@ -140,7 +137,7 @@ def _show(store: TraceStore, trace_id: str) -> None:
 
 
 @app.command()
-def stats(db: DbOption = TRACE_DB) -> None:
+def stats(db: TraceDbOption = TRACE_DB) -> None:
     """Row counts, export backlog, run statuses, and each writer's accounting and health.
 
     Per writer (process): records accepted, stored, spilled (to the JSONL file, stored
@@ -172,7 +169,7 @@ def _stats(store: TraceStore) -> None:
 @app.command()
 def backup(
     target: Annotated[Path, typer.Argument(help="New SQLite file to write the copy to")],
-    db: DbOption = TRACE_DB,
+    db: TraceDbOption = TRACE_DB,
 ) -> None:
     """A consistent copy of a live store (SQLite's backup API; copying the file of a WAL
     database that is being written misses rows)."""
@@ -183,7 +180,7 @@ def backup(
 
 @app.command()
 def export(
-    db: DbOption = TRACE_DB,
+    db: TraceDbOption = TRACE_DB,
     timeout: Annotated[float, typer.Option(help="Give up after this many seconds")] = 120.0,
 ) -> None:
     """Send everything pending to Langfuse (LANGFUSE_PUBLIC_KEY/SECRET_KEY/BASE_URL)."""

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evoharness.evolve.cli import main
-from evoharness.sdk.cli_prompts import app
+from evoharness.sdk.cli.prompts import app
 from evoharness.sdk.prompts import RegistryPromptStore
 from evoharness.sdk.registry import open_registry
 

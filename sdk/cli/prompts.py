@@ -4,6 +4,7 @@ Prompt versions and rollouts live in the artifact registry (``--registry``, defa
 ``.evoharness/registry.db``, or ``EVOHARNESS_REGISTRY``); with ``--langfuse`` the prompt
 versions and labels live in Langfuse prompt management instead (keys from the usual
 ``LANGFUSE_*`` variables) while rollouts and decisions stay audited in the registry.
+``promote`` and ``rollback`` are ``evoharness registry promote|rollback prompt ...``.
 """
 
 from __future__ import annotations
@@ -17,15 +18,23 @@ import typer
 from rich.table import Table
 
 from evoharness.harness.errors import ConfigError
-from evoharness.sdk.cli import console
+from evoharness.sdk.cli import registry as registry_cli
+from evoharness.sdk.cli._console import console
+from evoharness.sdk.cli.options import (
+    REGISTRY,
+    ActorOption,
+    PromptsInLangfuseOption,
+    ReasonOption,
+    RegistryOption,
+)
 from evoharness.sdk.prompts import (
     ACTIVE,
     CANDIDATE,
     PromptStore,
     PromptTemplate,
-    RegistryPromptStore,
     diff_templates,
 )
+from evoharness.sdk.prompts.store import KIND
 from evoharness.sdk.registry import ArtifactNotFound, Registry, RegistryError, open_registry
 from evoharness.sdk.rollout import RolloutController
 from evoharness.sdk.rollout.traces import outcomes_from_store
@@ -36,37 +45,12 @@ app = typer.Typer(
     help="Prompt versions and their A/B rollouts (staged, sticky, audited).",
     no_args_is_help=True,
 )
-
-RegistryOption = Annotated[
-    str,
-    typer.Option(
-        envvar="EVOHARNESS_REGISTRY", help="Artifact registry: a SQLite path or postgresql://..."
-    ),
-]
-LangfuseOption = Annotated[
-    bool,
-    typer.Option(
-        "--langfuse",
-        help="Prompt versions in Langfuse (LANGFUSE_PUBLIC_KEY/SECRET_KEY/BASE_URL); the "
-        "registry keeps rollouts and the audit log.",
-    ),
-]
-REGISTRY = str(Path(".evoharness") / "registry.db")
+USER = os.environ.get("USER", "evoharness")  # who creates versions and starts rollouts
 
 
 def _open(registry: str, langfuse: bool) -> tuple[Registry, PromptStore]:
     reg = open_registry(registry)
-    local = RegistryPromptStore(reg)
-    if not langfuse:
-        return reg, local
-    from evoharness.harness import require_extra
-    from evoharness.sdk.prompts import LangfusePromptStore
-
-    lf = require_extra("langfuse", extra="langfuse", feature="--langfuse")
-    missing = [k for k in ("LANGFUSE_PUBLIC_KEY", "LANGFUSE_SECRET_KEY") if not os.environ.get(k)]
-    if missing:
-        raise ConfigError(f"--langfuse needs {missing} in the environment", field="langfuse")
-    return reg, LangfusePromptStore(lf.Langfuse(tracing_enabled=False), fallback=local)
+    return reg, registry_cli.prompt_store(reg, langfuse)
 
 
 def _fail(exc: Exception) -> typer.Exit:
@@ -77,7 +61,9 @@ def _fail(exc: Exception) -> typer.Exit:
 
 
 @app.command("list")
-def list_prompts(registry: RegistryOption = REGISTRY, langfuse: LangfuseOption = False) -> None:
+def list_prompts(
+    registry: RegistryOption = REGISTRY, langfuse: PromptsInLangfuseOption = False
+) -> None:
     """Every prompt with its versions, the active one, and its rollout."""
     reg, store = _open(registry, langfuse)
     ctl = RolloutController(reg, store)
@@ -104,7 +90,7 @@ def show(
     version: Annotated[int | None, typer.Option("--version", "-v")] = None,
     label: Annotated[str | None, typer.Option(help="Label instead of a version.")] = None,
     registry: RegistryOption = REGISTRY,
-    langfuse: LangfuseOption = False,
+    langfuse: PromptsInLangfuseOption = False,
 ) -> None:
     """One version: metadata, sections (kind, static/dynamic, protected) and variables."""
     _, store = _open(registry, langfuse)
@@ -130,7 +116,7 @@ def diff(
     a: int,
     b: int,
     registry: RegistryOption = REGISTRY,
-    langfuse: LangfuseOption = False,
+    langfuse: PromptsInLangfuseOption = False,
 ) -> None:
     """Section-aware diff of two versions."""
     _, store = _open(registry, langfuse)
@@ -167,14 +153,14 @@ def create(
     ],
     semver: Annotated[str | None, typer.Option(help="Default: bumped from the parent.")] = None,
     changelog: Annotated[str, typer.Option("--changelog", "-m")] = "",
-    author: Annotated[str, typer.Option()] = os.environ.get("USER", "evoharness"),
+    author: Annotated[str, typer.Option()] = USER,
     parent: Annotated[int | None, typer.Option(help="Default: the latest version.")] = None,
     allow_protected: Annotated[
         bool, typer.Option(help="Allow changing protected sections of the parent.")
     ] = False,
     activate: Annotated[bool, typer.Option(help="Make it active right away.")] = False,
     registry: RegistryOption = REGISTRY,
-    langfuse: LangfuseOption = False,
+    langfuse: PromptsInLangfuseOption = False,
 ) -> None:
     """Publish a new version (a draft unless --activate)."""
     _, store = _open(registry, langfuse)
@@ -198,10 +184,10 @@ def rollout(
     version: int,
     stages: Annotated[str, typer.Option(help="Traffic per stage, ending at 1.0.")] = "0.1,0.3,1.0",
     dwell: Annotated[float, typer.Option(help="Minimum seconds per stage.")] = 3600.0,
-    reason: Annotated[str, typer.Option("--reason", "-m")] = "",
-    actor: Annotated[str, typer.Option()] = os.environ.get("USER", "evoharness"),
+    reason: ReasonOption = "",
+    actor: ActorOption = USER,
     registry: RegistryOption = REGISTRY,
-    langfuse: LangfuseOption = False,
+    langfuse: PromptsInLangfuseOption = False,
 ) -> None:
     """Start a staged rollout of VERSION against the active version."""
     reg, store = _open(registry, langfuse)
@@ -223,42 +209,9 @@ def rollout(
     )
 
 
-@app.command("promote")
-def promote(
-    name: str,
-    version: Annotated[int | None, typer.Argument(help="Default: the rollout's candidate.")] = None,
-    reason: Annotated[str, typer.Option("--reason", "-m")] = "manual promote",
-    actor: Annotated[str, typer.Option()] = os.environ.get("USER", "evoharness"),
-    registry: RegistryOption = REGISTRY,
-    langfuse: LangfuseOption = False,
-) -> None:
-    """Promote now: the rollout's candidate (or VERSION) becomes active for new sessions."""
-    reg, store = _open(registry, langfuse)
-    try:
-        d = RolloutController(reg, store).promote(name, version=version, reason=reason, actor=actor)
-    except (ArtifactNotFound, RegistryError) as exc:
-        raise _fail(exc) from exc
-    console.print(f"promote: {d.reason}; active is v{store.labels(name).get(ACTIVE)}")
-
-
-@app.command("rollback")
-def rollback(
-    name: str,
-    reason: Annotated[str, typer.Option("--reason", "-m")] = "manual rollback",
-    actor: Annotated[str, typer.Option()] = os.environ.get("USER", "evoharness"),
-    registry: RegistryOption = REGISTRY,
-    langfuse: LangfuseOption = False,
-) -> None:
-    """Roll back now: end the running rollout, or restore the previously active version.
-
-    Takes effect for every new session at once; running sessions keep their version.
-    """
-    reg, store = _open(registry, langfuse)
-    try:
-        d = RolloutController(reg, store).rollback(name, reason=reason, actor=actor)
-    except (ArtifactNotFound, RegistryError) as exc:
-        raise _fail(exc) from exc
-    console.print(f"rollback: {d.reason}; active is v{store.labels(name).get(ACTIVE)}")
+# One implementation of a label move: the registry's, with the kind fixed.
+app.command("promote")(registry_cli.for_kind(registry_cli.promote, KIND))
+app.command("rollback")(registry_cli.for_kind(registry_cli.rollback, KIND))
 
 
 @app.command("status")
@@ -269,7 +222,7 @@ def status(
     ] = None,
     apply: Annotated[bool, typer.Option(help="Apply the decision (default: dry run).")] = False,
     registry: RegistryOption = REGISTRY,
-    langfuse: LangfuseOption = False,
+    langfuse: PromptsInLangfuseOption = False,
 ) -> None:
     """The rollout's state and recent decisions; with --db, the engine's decision now."""
     reg, store = _open(registry, langfuse)

@@ -21,6 +21,7 @@ from evoharness.evolve.prompting.demo import PromptDemoResult, run_prompt_demo
 from evoharness.evolve.report import write_report
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.cli import console
+from evoharness.sdk.cli.options import TaskLimitOption
 from evoharness.sdk.registry import open_registry
 
 WORKDIR = Path(".evoharness/demo")
@@ -166,9 +167,9 @@ def _weights_rows(workdir: Path, val_tasks: int) -> list[dict[str, Any]]:
 
 
 def demo(
-    train_limit: Annotated[int | None, typer.Option(min=1)] = None,
-    val_limit: Annotated[int | None, typer.Option(min=1)] = None,
-    test_limit: Annotated[int | None, typer.Option(min=1)] = None,
+    train_limit: TaskLimitOption = None,
+    val_limit: TaskLimitOption = None,
+    test_limit: TaskLimitOption = None,
     weights: Annotated[
         bool,
         typer.Option(help="Also train LoRA adapters (SFT, DPO) on SmolLM2; minutes on a CPU."),

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from evoharness.evolve.cli.options import StateOption
 from evoharness.evolve.environment import load_plugin, runtime_of
 from evoharness.evolve.prompting import (
     EvalResults,
@@ -27,6 +28,16 @@ from evoharness.evolve.prompting.layer import hand_off, record_proposal
 from evoharness.evolve.state import EvolveState
 from evoharness.harness import ConfigError
 from evoharness.sdk import cli as sdk_cli
+from evoharness.sdk.cli.options import (
+    HOME,
+    REGISTRY,
+    ApiKeyEnvOption,
+    BaseUrlOption,
+    EnvOption,
+    RegistryOption,
+    TaskLimitOption,
+    TraceDbOption,
+)
 from evoharness.sdk.prompts import RegistryPromptStore
 from evoharness.sdk.registry import open_registry
 
@@ -36,18 +47,11 @@ app = typer.Typer(
     "them paired against the active version, hand accepted ones to the rollout.",
     no_args_is_help=True,
 )
-HOME = Path(".evoharness")
-Env = Annotated[str, typer.Option(help="Environment plugin (registered name or module:Object)")]
 Prompt = Annotated[str | None, typer.Option(help="Prompt name (default: the environment's)")]
-Registry = Annotated[
-    str, typer.Option(envvar="EVOHARNESS_REGISTRY", help="Artifact registry: SQLite path or URL")
-]
 Results = Annotated[Path, typer.Option(help="Resumable store of finished evaluation runs")]
-Traces = Annotated[Path, typer.Option("--db", help="Trace store the runs are recorded into")]
 Memory = Annotated[Path | None, typer.Option(help="Memory store injected into every run")]
 ValSplit = Annotated[str, typer.Option(help="Frozen validation split")]
 GuardSplit = Annotated[str, typer.Option(help="Guard split (no P0 regression allowed)")]
-Limit = Annotated[int | None, typer.Option(min=1, help="Use only the first N tasks")]
 Seed = Annotated[int, typer.Option(help="Environment seed (the same faults for both arms)")]
 
 
@@ -107,24 +111,24 @@ def _proposal(p: Proposal) -> None:
 
 @app.command("propose")
 def propose(
-    env: Env = "shop",
+    env: EnvOption = "shop",
     prompt: Prompt = None,
-    registry: Registry = str(HOME / "registry.db"),
-    state: Annotated[Path, typer.Option(help="Evolve state (bad-case pools)")] = HOME / "evolve.db",
+    registry: RegistryOption = REGISTRY,
+    state: StateOption = HOME / "evolve.db",
     results: Results = HOME / "prompt-eval.db",
-    db: Traces = HOME / "traces.db",
+    db: TraceDbOption = HOME / "traces.db",
     memory: Memory = None,
     search: Annotated[str, typer.Option(help="gepa or direct")] = "gepa",
     reflector: Annotated[str, typer.Option(help="simulated (offline SIMULATOR) or llm")] = (
         "simulated"
     ),
     model: Annotated[str | None, typer.Option(help="Reflection model (--reflector llm)")] = None,
-    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint")] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="Env var with the API key")] = None,
+    base_url: BaseUrlOption = None,
+    api_key_env: ApiKeyEnvOption = None,
     budget: Annotated[int, typer.Option(min=1, help="GEPA rollout budget")] = 60,
     search_split: Annotated[str, typer.Option(help="Split of the bad cases' tasks")] = "train",
     val_split: ValSplit = "val",
-    val_limit: Limit = None,
+    val_limit: TaskLimitOption = None,
     guard_split: GuardSplit = "train",
     guard_limit: Annotated[int, typer.Option(min=1, help="Guard tasks")] = 40,
     seed: Seed = 0,
@@ -169,14 +173,14 @@ def propose(
 @app.command("evaluate")
 def evaluate(
     candidate: Annotated[int, typer.Argument(help="Candidate version")],
-    env: Env = "shop",
+    env: EnvOption = "shop",
     prompt: Prompt = None,
-    registry: Registry = str(HOME / "registry.db"),
+    registry: RegistryOption = REGISTRY,
     results: Results = HOME / "prompt-eval.db",
-    db: Traces = HOME / "traces.db",
+    db: TraceDbOption = HOME / "traces.db",
     memory: Memory = None,
     val_split: ValSplit = "val",
-    val_limit: Limit = None,
+    val_limit: TaskLimitOption = None,
     guard_split: GuardSplit = "train",
     guard_limit: Annotated[int, typer.Option(min=1, help="Guard tasks")] = 40,
     alpha: Annotated[float, typer.Option(min=0.0001, max=0.5)] = 0.05,

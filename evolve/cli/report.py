@@ -11,19 +11,14 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from evoharness.evolve.report import load_layer_results, write_report
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.cli import console
-from evoharness.sdk.cli.traces import TRACE_DB
+from evoharness.sdk.cli.options import HOME, REGISTRY, TRACE_DB, RegistryOption, TraceDbOption
 from evoharness.sdk.registry import open_registry
-
-HOME = Path(".evoharness")
 
 
 def report(
     out: Annotated[Path, typer.Option("--out", help="HTML file to write.")] = HOME / "report.html",
-    db: Annotated[Path, typer.Option("--db", help="Local trace store (SQLite).")] = TRACE_DB,
-    registry: Annotated[
-        str,
-        typer.Option(envvar="EVOHARNESS_REGISTRY", help="Artifact registry (path or URL)."),
-    ] = str(HOME / "registry.db"),
+    db: TraceDbOption = TRACE_DB,
+    registry: RegistryOption = REGISTRY,
     layers: Annotated[
         Path | None,
         typer.Option(help="Layer results JSON (the demo writes .evoharness/layers.json)."),

@@ -19,8 +19,8 @@ from evoharness.evolve.episodes.traces import (
     TraceSource,
     build_episode,
 )
-from evoharness.evolve.jobs import JudgePool, JudgeReport, judge_episodes, write_scores
-from evoharness.evolve.judge import (
+from evoharness.evolve.judging.jobs import JudgePool, JudgeReport, judge_episodes, write_scores
+from evoharness.evolve.judging.judge import (
     DEFAULT_CHECKS,
     ItemResult,
     Judge,
@@ -31,6 +31,7 @@ from evoharness.evolve.judge import (
     Verdict,
     verdict_from,
 )
+from evoharness.evolve.judging.rubric import Rubric, RubricGenerator, RubricItem
 from evoharness.evolve.memory import MemoryOp, apply_feedback, confidence, reduce_ops
 from evoharness.evolve.routing import (
     DiagnosisPackage,
@@ -39,7 +40,6 @@ from evoharness.evolve.routing import (
     route_all,
     routes_for,
 )
-from evoharness.evolve.rubric import Rubric, RubricGenerator, RubricItem
 from evoharness.evolve.state import EvolveState
 from evoharness.sdk.memory import (
     MemoryEntry,

@@ -10,7 +10,8 @@ from pydantic import BaseModel, Field
 
 from evoharness.evolve.curation import Proposer
 from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
-from evoharness.evolve.jobs import Grader, JudgeReport, judge_episodes
+from evoharness.evolve.judging.jobs import Grader, JudgeReport, judge_episodes
+from evoharness.evolve.judging.rubric import RubricGenerator
 from evoharness.evolve.layers import LayerRouting, summarize_decisions
 from evoharness.evolve.memory import apply_feedback, reduce_ops
 from evoharness.evolve.monitor import is_internal
@@ -20,7 +21,6 @@ from evoharness.evolve.routing import (
     propose_guard_rules,
     route_all,
 )
-from evoharness.evolve.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.memory import MemoryStore

@@ -19,7 +19,7 @@ from evoharness.evolve.environment import (
     runtime_of,
 )
 from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
-from evoharness.evolve.jobs import judge_episodes
+from evoharness.evolve.judging.jobs import judge_episodes
 from evoharness.evolve.state import EvolveState
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import Environment

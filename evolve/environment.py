@@ -22,8 +22,14 @@ from pydantic import BaseModel
 
 from evoharness.evolve.curation import RuleProposer, default_pattern
 from evoharness.evolve.episodes.traces import Episode
-from evoharness.evolve.judge import DEFAULT_CHECKS, Judge, LLMJudge, RuleCheck, RuleJudge
-from evoharness.evolve.rubric import BASE_ITEMS, ItemResult, Rubric, RubricGenerator, RubricItem
+from evoharness.evolve.judging.judge import DEFAULT_CHECKS, Judge, LLMJudge, RuleCheck, RuleJudge
+from evoharness.evolve.judging.rubric import (
+    BASE_ITEMS,
+    ItemResult,
+    Rubric,
+    RubricGenerator,
+    RubricItem,
+)
 from evoharness.harness import ConfigError
 from evoharness.sdk.environment import Environment, resolve_plugin
 

@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field
 from evoharness.evolve.curation import default_pattern
 from evoharness.evolve.environment import EvolveEnvironment, lesson_hints_of
 from evoharness.evolve.episodes.traces import Episode, TraceSource
-from evoharness.evolve.judge import P2_FAIL_BELOW, failed_items
+from evoharness.evolve.judging.judge import P2_FAIL_BELOW, failed_items
 from evoharness.evolve.monitor import Finding, read_findings
 from evoharness.evolve.routing import ROUTES
 from evoharness.evolve.state import EvolveState
@@ -131,7 +131,7 @@ class LayerDecision(BaseModel):
 def _failed_items(
     verdict: Mapping[str, Any], low_p2: float
 ) -> list[tuple[str, Literal["P0", "P1", "P2"]]]:
-    """:func:`~evoharness.evolve.judge.failed_items`, P2 items named ``p2:<item>``."""
+    """:func:`~evoharness.evolve.judging.judge.failed_items`, P2 items named ``p2:<item>``."""
     return [
         (f"p2:{item}" if priority == "P2" else item, priority)
         for item, priority in failed_items(verdict, p2_below=low_p2)

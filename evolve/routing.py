@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from evoharness.evolve.episodes.traces import Episode
-from evoharness.evolve.judge import P2_FAIL_BELOW, Verdict
+from evoharness.evolve.judging.judge import P2_FAIL_BELOW, Verdict
 from evoharness.evolve.state import EvolveState
 from evoharness.harness import GuardRule, GuardRuleSet
 from evoharness.harness.tracing.masking import SECRET_PATTERNS

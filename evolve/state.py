@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from evoharness.evolve.judge import Verdict
+from evoharness.evolve.judging.judge import Verdict
 from evoharness.sdk.sqlite import open_sqlite
 
 SCHEMA = """

@@ -32,7 +32,7 @@ def test_every_exception_is_exported() -> None:
 
 def test_evolve_exceptions_are_exported() -> None:
     import evoharness.evolve as evolve
-    from evoharness.evolve import judge
+    from evoharness.evolve.judging import judge
 
     found = {
         n
@@ -52,7 +52,7 @@ def test_missing_extra_names_the_install_line() -> None:
 def test_every_public_exception_pickles_with_its_attributes() -> None:
     import pickle
 
-    from evoharness.evolve.judge import JudgeFailure
+    from evoharness.evolve.judging.judge import JudgeFailure
     from evoharness.harness import (
         ConfigError,
         HookError,

@@ -31,8 +31,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from evoharness.evolve.environment import GENERIC, build_judge, build_rubrics, load_plugin
 from evoharness.evolve.episodes.traces import LocalTraceSource
-from evoharness.evolve.jobs import judge_episodes
-from evoharness.evolve.judge import Judge, RuleJudge, check_leaks, check_process
+from evoharness.evolve.judging.jobs import judge_episodes
+from evoharness.evolve.judging.judge import Judge, RuleJudge, check_leaks, check_process
 from evoharness.evolve.routing import RouteConfig
 from evoharness.evolve.state import EvolveState
 from evoharness.harness.tracing import Tracer, TraceStore

@@ -2,7 +2,7 @@
 
 Episodes are read only through :class:`~evoharness.evolve.episodes.traces.TraceSource`, so the same
 build works from the local trace store and from Langfuse. Whether a run succeeded is decided by
-its verdict (:class:`~evoharness.evolve.judge.Verdict`, e.g. from
+its verdict (:class:`~evoharness.evolve.judging.judge.Verdict`, e.g. from
 :meth:`EvolveState.verdicts <evoharness.evolve.state.EvolveState.verdicts>`) and/or the
 environment's ``env_success`` score that the runner writes on every trace.
 """
@@ -23,8 +23,8 @@ from pydantic import BaseModel, Field
 
 from evoharness.evolve.datasets.rows import DPORow, GRPOTask, SFTRow, chat_messages
 from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
-from evoharness.evolve.jobs import group_key
-from evoharness.evolve.judge import Verdict
+from evoharness.evolve.judging.jobs import group_key
+from evoharness.evolve.judging.judge import Verdict
 from evoharness.evolve.routing import routes_for
 from evoharness.harness import ConfigError
 from evoharness.sdk.environment import Environment

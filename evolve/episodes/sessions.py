@@ -5,7 +5,7 @@ Each invocation of an agent is its own trace, so each turn is its own
 groups the turns of each session in order; :meth:`SessionView.episode` flattens a session
 into one episode (every request, every tool call, the last answer, all interventions) so
 any grader judges the whole conversation with the same rubric machinery
-(:func:`~evoharness.evolve.jobs.judge_session`).
+(:func:`~evoharness.evolve.judging.jobs.judge_session`).
 """
 
 from __future__ import annotations

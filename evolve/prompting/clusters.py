@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from evoharness.evolve.judge import P2_FAIL_BELOW, failed_items
+from evoharness.evolve.judging.judge import P2_FAIL_BELOW, failed_items
 
 __all__ = ["BadCase", "BadCaseCluster", "cluster_bad_cases", "failed_items"]
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from evoharness.evolve.demo import DemoResult, run_demo
 from evoharness.evolve.environment import build_judge, build_rubrics, load_plugin, runtime_of
 from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
-from evoharness.evolve.jobs import judge_episodes
+from evoharness.evolve.judging.jobs import judge_episodes
 from evoharness.evolve.prompting.evaluation import (
     EvalResults,
     PairedEvaluation,

@@ -109,7 +109,7 @@ _STORES: dict[str, Any] = {}
 def _runtime(item: EvalItem) -> tuple[Any, frozenset[str]]:
     """The run-side environment and its P0 item ids (cached per process)."""
     from evoharness.evolve.environment import load_plugin, runtime_of
-    from evoharness.evolve.rubric import BASE_ITEMS
+    from evoharness.evolve.judging.rubric import BASE_ITEMS
 
     key = json.dumps([item.env, item.env_options, item.memory_db], sort_keys=True, default=str)
     with _CACHE_LOCK:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evoharness.evolve.environment import lesson_hints_of, load_plugin, runtime_of
+from evoharness.evolve.judging.rubric import BASE_ITEMS
 from evoharness.evolve.prompting.clusters import BadCaseCluster, cluster_bad_cases
 from evoharness.evolve.prompting.edits import append_rules, template_from_text
 from evoharness.evolve.prompting.evaluation import EvalResults, PairedEvaluation, PairedReport
@@ -29,7 +30,6 @@ from evoharness.evolve.prompting.gates import (
 )
 from evoharness.evolve.prompting.reflect import LLMReflector, Reflector
 from evoharness.evolve.prompting.search import HarnessGEPAAdapter, SearchTask, gepa_search
-from evoharness.evolve.rubric import BASE_ITEMS
 from evoharness.harness.errors import ConfigError
 from evoharness.sdk.prompts import PromptVersion, RegistryPromptStore
 from evoharness.sdk.registry import ArtifactNotFound, Registry

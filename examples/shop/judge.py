@@ -8,8 +8,8 @@ a P2 "fit" score from the checker's own score. Every item carries the hint a les
 from __future__ import annotations
 
 from evoharness.evolve.episodes.traces import Episode
-from evoharness.evolve.judge import ItemResult
-from evoharness.evolve.rubric import BASE_ITEMS, Rubric, RubricItem
+from evoharness.evolve.judging.judge import ItemResult
+from evoharness.evolve.judging.rubric import BASE_ITEMS, Rubric, RubricItem
 from evoharness.examples.shop.catalogue import Catalogue, generate_catalogue
 from evoharness.examples.shop.checker import check_calls
 from evoharness.examples.shop.policy import parse_request

@@ -14,8 +14,8 @@ from typing import Any
 
 from evoharness.evolve.environment import ScoreEvidence
 from evoharness.evolve.episodes.traces import Episode
-from evoharness.evolve.judge import RuleCheck
-from evoharness.evolve.rubric import RubricItem
+from evoharness.evolve.judging.judge import RuleCheck
+from evoharness.evolve.judging.rubric import RubricItem
 from evoharness.examples.shop.env import ShopEnvironment
 from evoharness.examples.shop.judge import ShopRules
 

@@ -19,7 +19,7 @@ from langchain_core.tools import tool
 
 from evoharness.evolve.environment import EnvironmentPlugin
 from evoharness.evolve.episodes.traces import Episode
-from evoharness.evolve.rubric import ItemResult, Rubric, RubricItem
+from evoharness.evolve.judging.rubric import ItemResult, Rubric, RubricItem
 from evoharness.harness import HarnessConfig, default_middleware
 from evoharness.harness.tracing import RunInfo, Tracer, TraceStore
 from evoharness.sdk import EvoAgent, create_evo_agent

@@ -9,8 +9,8 @@ from typing import Any
 from evoharness.evolve.curation import RuleProposer
 from evoharness.evolve.cycle import CycleReport, run_cycle
 from evoharness.evolve.episodes.traces import LocalTraceSource
-from evoharness.evolve.judge import Judge, RuleJudge
-from evoharness.evolve.rubric import RubricGenerator
+from evoharness.evolve.judging.judge import Judge, RuleJudge
+from evoharness.evolve.judging.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import load_environment

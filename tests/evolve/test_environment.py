@@ -26,7 +26,7 @@ from evoharness.evolve.environment import (
     load_plugin,
 )
 from evoharness.evolve.episodes.traces import Episode, LocalTraceSource, ToolCallRecord
-from evoharness.evolve.jobs import judge_episodes
+from evoharness.evolve.judging.jobs import judge_episodes
 from evoharness.evolve.state import EvolveState
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import Tracer, TraceStore

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from evoharness.evolve.episodes.traces import Episode, ToolCallRecord
-from evoharness.evolve.judge import (
+from evoharness.evolve.judging.judge import (
     DEFAULT_CHECKS,
     Judge,
     JudgeFailure,
@@ -17,7 +17,7 @@ from evoharness.evolve.judge import (
     RuleJudge,
     verdict_from,
 )
-from evoharness.evolve.rubric import BASE_ITEMS, RubricGenerator, RubricItem, query_hash
+from evoharness.evolve.judging.rubric import BASE_ITEMS, RubricGenerator, RubricItem, query_hash
 from evoharness.examples.shop.catalogue import generate_catalogue
 from evoharness.examples.shop.judge import SHOP_ITEMS, ShopRules
 from evoharness.examples.shop.rules import item_violations, pick_items
@@ -184,7 +184,7 @@ def test_verdict_arithmetic() -> None:
     rubric = RubricGenerator(
         extra_items=lambda q: [RubricItem(id="slow", priority="P1", weight=0.4, description="d")]
     ).rubric("q")
-    from evoharness.evolve.judge import ItemResult
+    from evoharness.evolve.judging.judge import ItemResult
 
     v = verdict_from(
         TID,
@@ -205,7 +205,7 @@ def test_shop_items_have_hints() -> None:
 
 def test_rubric_generator_closes_its_cache(tmp_path: Path) -> None:
     """A generator with a cache database closes it (CLI paths rely on it) and stays usable."""
-    from evoharness.evolve.rubric import RubricGenerator
+    from evoharness.evolve.judging.rubric import RubricGenerator
 
     with RubricGenerator(cache_path=tmp_path / "rubrics.db") as rubrics:
         assert rubrics._db is not None

@@ -11,9 +11,9 @@ from typing import Any
 from langchain_core.messages import AIMessage
 
 from evoharness.evolve.episodes.traces import Episode, ToolCallRecord
-from evoharness.evolve.jobs import fingerprint, judge_episodes
-from evoharness.evolve.judge import Judge, RuleJudge, Verdict
-from evoharness.evolve.rubric import RubricGenerator
+from evoharness.evolve.judging.jobs import fingerprint, judge_episodes
+from evoharness.evolve.judging.judge import Judge, RuleJudge, Verdict
+from evoharness.evolve.judging.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.sdk.testing import ScriptedChatModel
 

@@ -29,10 +29,10 @@ from evoharness.evolve.episodes.traces import (
     LocalTraceSource,
     ToolCallRecord,
 )
-from evoharness.evolve.jobs import judge_episodes, judge_session
-from evoharness.evolve.judge import JUDGE_PROMPT, Judge, LLMJudge, RuleJudge
-from evoharness.evolve.judge_prompts import JudgePrompts
-from evoharness.evolve.rubric import RUBRIC_PROMPT, RubricGenerator
+from evoharness.evolve.judging.jobs import judge_episodes, judge_session
+from evoharness.evolve.judging.judge import JUDGE_PROMPT, Judge, LLMJudge, RuleJudge
+from evoharness.evolve.judging.prompts import JudgePrompts
+from evoharness.evolve.judging.rubric import RUBRIC_PROMPT, RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.memory import MemoryStore

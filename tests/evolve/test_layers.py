@@ -16,7 +16,8 @@ from evoharness.evolve.environment import (
     build_rubrics,
 )
 from evoharness.evolve.episodes.traces import Episode, LocalTraceSource
-from evoharness.evolve.judge import verdict_from
+from evoharness.evolve.judging.judge import verdict_from
+from evoharness.evolve.judging.rubric import ItemResult, Rubric, RubricItem
 from evoharness.evolve.layers import (
     DECISIONS_KIND,
     LayerConfig,
@@ -32,7 +33,6 @@ from evoharness.evolve.layers import (
 )
 from evoharness.evolve.monitor import Finding, record_findings
 from evoharness.evolve.routing import package
-from evoharness.evolve.rubric import ItemResult, Rubric, RubricItem
 from evoharness.evolve.state import EvolveState
 from evoharness.harness.tracing import TraceStore, new_span_id, root_span_id, trace_id_for
 from evoharness.sdk.memory import MemoryEntry, MemoryStore

@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 
 from evoharness.evolve.episodes.traces import Episode
-from evoharness.evolve.jobs import judge_episodes
-from evoharness.evolve.judge import Verdict
+from evoharness.evolve.judging.jobs import judge_episodes
+from evoharness.evolve.judging.judge import Verdict
+from evoharness.evolve.judging.rubric import Rubric, RubricGenerator
 from evoharness.evolve.memory import DAY, MemoryOp, apply_feedback, confidence, reduce_ops
 from evoharness.evolve.routing import (
     RouteConfig,
     propose_guard_rules,
     routes_for,
 )
-from evoharness.evolve.rubric import Rubric, RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.harness import GuardRule, GuardRuleSet
 from evoharness.sdk.memory import (
@@ -309,8 +309,8 @@ def test_judge_failures_are_recorded_and_do_not_block(tmp_path: Path) -> None:
 
 
 def test_judge_pool_spreads_work_over_processes_and_resumes(tmp_path: Path) -> None:
-    from evoharness.evolve.jobs import JudgePool
-    from evoharness.evolve.judge import RuleJudge
+    from evoharness.evolve.judging.jobs import JudgePool
+    from evoharness.evolve.judging.judge import RuleJudge
     from evoharness.harness.tracing import TraceStore
 
     episodes = [Episode(trace_id=f"{i:032x}", run_id=str(i), final_answer="ok") for i in range(12)]

@@ -21,7 +21,7 @@ from evoharness.evolve.datasets.build import (
 )
 from evoharness.evolve.datasets.rows import chat_messages
 from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
-from evoharness.evolve.judge import Verdict
+from evoharness.evolve.judging.judge import Verdict
 from evoharness.harness import ConfigError
 
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
@@ -106,7 +106,7 @@ def test_sft_rows_from_goodcases_with_provenance_and_task_split(tmp_path: Path) 
 
 
 def test_rows_are_grouped_by_the_jobs_group_key_and_carry_server_token_ids() -> None:
-    from evoharness.evolve.jobs import group_key
+    from evoharness.evolve.judging.jobs import group_key
 
     e = _episode(1, "task-1", good=True)
     e.prompt_token_ids, e.completion_token_ids = [1, 2], [3]

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from evoharness.evolve.environment import EnvironmentPlugin
 from evoharness.evolve.episodes.traces import Episode
-from evoharness.evolve.rubric import ItemResult, Rubric, RubricItem
+from evoharness.evolve.judging.rubric import ItemResult, Rubric, RubricItem
 from evoharness.sdk.environment import Outcome, TaskSpec
 from evoharness.sdk.testing import ScriptedChatModel
 

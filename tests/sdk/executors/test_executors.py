@@ -12,9 +12,9 @@ from typing import Any, overload
 import pytest
 
 from evoharness.evolve.episodes.traces import Episode, ToolCallRecord
-from evoharness.evolve.jobs import JudgePool
-from evoharness.evolve.judge import Judge, RuleJudge
-from evoharness.evolve.rubric import RubricGenerator
+from evoharness.evolve.judging.jobs import JudgePool
+from evoharness.evolve.judging.judge import Judge, RuleJudge
+from evoharness.evolve.judging.rubric import RubricGenerator
 from evoharness.evolve.state import EvolveState
 from evoharness.harness import ConfigError, HookError
 from evoharness.sdk.executors import Executor, LocalExecutor, open_executor

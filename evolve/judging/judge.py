@@ -20,9 +20,9 @@ from pydantic import BaseModel, Field, ValidationError
 
 from evoharness.evolve._json import extract_json
 from evoharness.evolve.episodes.traces import Episode
-from evoharness.evolve.rubric import ItemResult as ItemResult
-from evoharness.evolve.rubric import Priority, Rubric
-from evoharness.evolve.signals import check_signals
+from evoharness.evolve.judging.rubric import ItemResult as ItemResult
+from evoharness.evolve.judging.rubric import Priority, Rubric
+from evoharness.evolve.judging.signals import check_signals
 from evoharness.harness.errors import RunError
 from evoharness.harness.tracing.masking import SECRET_PATTERNS, Masker
 from evoharness.sdk.registry.base import content_hash

@@ -32,7 +32,8 @@ P0 = red lines (pass/fail), P1 = process items (deduction weight 0-1), P2 = qual
 (scored 1-5). Keep ids short snake_case. Focus on what is specific to this request."""
 
 
-Outcome = Literal["none", "decides", "refutes"]
+ItemOutcome = Literal["none", "decides", "refutes"]
+"""What passing or failing an item says about task success (see :attr:`RubricItem.outcome`)."""
 
 
 class RubricItem(BaseModel):
@@ -58,7 +59,7 @@ class RubricItem(BaseModel):
     weight: float = Field(0.1, ge=0.0, le=1.0)
     avoid_hint: str = ""
     source: Literal["rule", "model"] = "rule"
-    outcome: Outcome = "none"
+    outcome: ItemOutcome = "none"
 
 
 class ItemResult(BaseModel):

@@ -13,7 +13,7 @@ import re
 from collections import Counter
 
 from evoharness.evolve.episodes.traces import Episode
-from evoharness.evolve.rubric import ItemResult, Rubric
+from evoharness.evolve.judging.rubric import ItemResult, Rubric
 
 _REFUSAL = re.compile(
     r"\b(?:i\s*(?:can(?:no|')t|cannot|am\s+unable\s+to|'m\s+unable\s+to|am\s+not\s+able\s+to"

@@ -4,13 +4,13 @@ The texts evolve judges with are versioned like everything else it publishes: im
 versions with content hashes, an ``active`` label, audited promote and rollback. A verdict
 records the version it was judged with (``judge_prompt/absolute@v3``), so promoting a new
 prompt re-grades what the old one judged. Without a registry, a prompt's version is its
-content hash (:func:`~evoharness.evolve.judge.prompt_ref`).
+content hash (:func:`~evoharness.evolve.judging.judge.prompt_ref`).
 """
 
 from __future__ import annotations
 
-from evoharness.evolve.judge import JUDGE_PROMPT, RELATIVE_PROMPT
-from evoharness.evolve.rubric import RUBRIC_PROMPT
+from evoharness.evolve.judging.judge import JUDGE_PROMPT, RELATIVE_PROMPT
+from evoharness.evolve.judging.rubric import RUBRIC_PROMPT
 from evoharness.sdk.registry.base import ArtifactNotFound, ArtifactVersion, Registry
 
 JUDGE_PROMPT_KIND = "judge_prompt"

@@ -15,8 +15,8 @@ from pydantic import BaseModel
 
 from evoharness.evolve.episodes.sessions import SessionView
 from evoharness.evolve.episodes.traces import Episode
-from evoharness.evolve.judge import JudgeFailure, RelativeJudge, Verdict
-from evoharness.evolve.rubric import Rubric, RubricGenerator, query_hash
+from evoharness.evolve.judging.judge import JudgeFailure, RelativeJudge, Verdict
+from evoharness.evolve.judging.rubric import Rubric, RubricGenerator, query_hash
 from evoharness.evolve.state import EvolveState
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.tracing import TraceStore
@@ -267,7 +267,7 @@ async def rank_groups(
     """Rank each group of judged runs of the same task against each other (RULER-style).
 
     Every group of at least two judged episodes gets one ranking; each verdict gains its
-    :attr:`~evoharness.evolve.judge.Verdict.relative` score (committed with its scores).
+    :attr:`~evoharness.evolve.judging.judge.Verdict.relative` score (committed with its scores).
     Success stays what the evidence decided: a ranking is an opinion, not evidence.
     """
     batch = [e for e in episodes if e.status != "running"]

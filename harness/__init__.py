@@ -14,7 +14,7 @@ from evoharness.harness.breaker.state import (
     Permit,
     Transition,
 )
-from evoharness.harness.compose import ComposedMiddleware
+from evoharness.harness.compose import ComposedMiddleware, walk_middleware
 from evoharness.harness.context.reference import ReferenceMiddleware, ReferenceProvider
 from evoharness.harness.control.drift_check import DriftCheckMiddleware
 from evoharness.harness.control.loop_detection import LoopDetectionMiddleware, detect_loop
@@ -27,7 +27,7 @@ from evoharness.harness.errors import (
     MissingExtraError,
     RunError,
 )
-from evoharness.harness.events import EventLog, HarnessEvent
+from evoharness.harness.events import EmitsEvents, EventLog, HarnessEvent
 from evoharness.harness.extras import require_extra
 from evoharness.harness.governance.output_guard import (
     CallableRule,
@@ -63,6 +63,7 @@ __all__ = [
     "ComposedMiddleware",
     "ConfigError",
     "DriftCheckMiddleware",
+    "EmitsEvents",
     "EventLog",
     "EvoharnessError",
     "GuardRule",
@@ -106,4 +107,5 @@ __all__ = [
     "message_text",
     "require_extra",
     "session_scope",
+    "walk_middleware",
 ]

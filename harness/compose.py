@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import inspect
 import types
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from langchain.agents.middleware import (
@@ -284,3 +284,23 @@ class ComposedMiddleware(AgentMiddleware[Any, Any, Any]):
 
     async def _arun(self, slot: str, state: Any, runtime: Any) -> dict[str, Any] | None:
         return _merge([await getattr(m, "a" + slot)(state, runtime) for m in self._order(slot)])
+
+
+def walk_middleware(
+    middleware: Iterable[AgentMiddleware[Any, Any, Any]],
+) -> Iterator[AgentMiddleware[Any, Any, Any]]:
+    """Every middleware of a list, compositions flattened, outermost first.
+
+    A :class:`ComposedMiddleware` is yielded itself, then its children (recursively), so a
+    caller finds every behaviour whether the harness was composed or listed separately.
+
+    Example:
+        >>> from evoharness.harness import default_middleware
+        >>> names = [type(m).__name__ for m in walk_middleware(default_middleware())]
+        >>> names[0], "CircuitBreakerMiddleware" in names
+        ('ComposedMiddleware', True)
+    """
+    for m in middleware:
+        yield m
+        if isinstance(m, ComposedMiddleware):
+            yield from walk_middleware(m.children)

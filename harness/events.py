@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 EventListener = Callable[["HarnessEvent"], None]
 
@@ -74,3 +74,15 @@ class EventLog:
     def of_kind(self, kind: str) -> list[HarnessEvent]:
         """Recorded events of one kind."""
         return [e for e in self.events if e.kind == kind]
+
+
+@runtime_checkable
+class EmitsEvents(Protocol):
+    """Something that records its decisions in an :class:`EventLog`.
+
+    Every harness middleware does (its ``events`` argument); the tracer subscribes to the
+    logs it finds this way (:func:`~evoharness.harness.events_of`), and a middleware of your
+    own joins them by having an ``events`` attribute.
+    """
+
+    events: EventLog

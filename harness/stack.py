@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evoharness.harness.breaker.middleware import CircuitBreakerMiddleware, KeyFn, key_by_tool
 from evoharness.harness.breaker.state import BreakerBackend, BreakerConfig
-from evoharness.harness.compose import ComposedMiddleware
+from evoharness.harness.compose import ComposedMiddleware, walk_middleware
 from evoharness.harness.context import ContextConfig, ContextMiddleware
 from evoharness.harness.context.reference import ReferenceMiddleware, ReferenceProvider
 from evoharness.harness.control.drift_check import DriftCheckMiddleware
 from evoharness.harness.control.loop_detection import LoopDetectionMiddleware
 from evoharness.harness.control.reply_check import ReplyCheckConfig, ReplyCheckMiddleware
 from evoharness.harness.control.token_budget import TokenBudgetMiddleware
-from evoharness.harness.events import EventLog
+from evoharness.harness.events import EmitsEvents, EventLog
 from evoharness.harness.governance.output_guard import GuardRuleSet, OutputGuardMiddleware
 from evoharness.harness.governance.tool_guard import PhasePolicy, ToolGuardMiddleware
 from evoharness.harness.hooks.middleware import HookRegistry, HooksMiddleware, default_registry
@@ -148,14 +148,11 @@ def default_middleware(
     return [ComposedMiddleware(stack)] if compose else stack
 
 
-def events_of(middleware: list[AgentMiddleware[Any, Any, Any]]) -> list[EventLog]:
-    """The distinct event logs used by a middleware list."""
+def events_of(middleware: Iterable[AgentMiddleware[Any, Any, Any]]) -> list[EventLog]:
+    """The distinct event logs used by a middleware list, compositions included (every
+    middleware that :class:`~evoharness.harness.events.EmitsEvents`), outermost first."""
     logs: dict[int, EventLog] = {}
-    pending = list(middleware)
-    while pending:
-        m = pending.pop()
-        pending.extend(getattr(m, "children", []))
-        log = getattr(m, "events", None)
-        if isinstance(log, EventLog):
-            logs[id(log)] = log
+    for m in walk_middleware(middleware):
+        if isinstance(m, EmitsEvents) and isinstance(m.events, EventLog):
+            logs.setdefault(id(m.events), m.events)
     return list(logs.values())

@@ -1,6 +1,5 @@
 """Offline jobs that grade traces and improve agents; they read traces via ``TraceSource``."""
 
-from evoharness.evolve.curation import LLMCurator, RuleProposer, default_pattern
 from evoharness.evolve.cycle import CycleReport, run_cycle
 from evoharness.evolve.environment import (
     EnvironmentPlugin,
@@ -8,6 +7,7 @@ from evoharness.evolve.environment import (
     ScoreEvidence,
     load_plugin,
 )
+from evoharness.evolve.episodes.cases import default_pattern
 from evoharness.evolve.episodes.evidence import EpisodeEvidence, Intervention
 from evoharness.evolve.episodes.sessions import SessionView, sessions
 from evoharness.evolve.episodes.traces import (
@@ -19,6 +19,7 @@ from evoharness.evolve.episodes.traces import (
     TraceSource,
     build_episode,
 )
+from evoharness.evolve.guard import propose_guard_rules
 from evoharness.evolve.judging.jobs import JudgePool, JudgeReport, judge_episodes, write_scores
 from evoharness.evolve.judging.judge import (
     DEFAULT_CHECKS,
@@ -32,14 +33,9 @@ from evoharness.evolve.judging.judge import (
     verdict_from,
 )
 from evoharness.evolve.judging.rubric import Rubric, RubricGenerator, RubricItem
-from evoharness.evolve.memory import MemoryOp, apply_feedback, confidence, reduce_ops
-from evoharness.evolve.routing import (
-    DiagnosisPackage,
-    RouteConfig,
-    propose_guard_rules,
-    route_all,
-    routes_for,
-)
+from evoharness.evolve.memory.curation import LLMCurator, RuleProposer
+from evoharness.evolve.memory.reducer import MemoryOp, apply_feedback, confidence, reduce_ops
+from evoharness.evolve.routing.pools import DiagnosisPackage, RouteConfig, route_all, routes_for
 from evoharness.evolve.state import EvolveState
 from evoharness.sdk.memory import (
     MemoryEntry,

@@ -8,19 +8,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from evoharness.evolve.curation import Proposer
 from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
+from evoharness.evolve.guard import diff_summary, propose_guard_rules
 from evoharness.evolve.judging.jobs import Grader, JudgeReport, judge_episodes
 from evoharness.evolve.judging.rubric import RubricGenerator
-from evoharness.evolve.layers import LayerRouting, summarize_decisions
-from evoharness.evolve.memory import apply_feedback, reduce_ops
-from evoharness.evolve.monitor import is_internal
-from evoharness.evolve.routing import (
-    RouteConfig,
-    diff_summary,
-    propose_guard_rules,
-    route_all,
-)
+from evoharness.evolve.memory.curation import Proposer
+from evoharness.evolve.memory.reducer import apply_feedback, reduce_ops
+from evoharness.evolve.monitor.findings import is_internal
+from evoharness.evolve.routing.layers import LayerRouting, summarize_decisions
+from evoharness.evolve.routing.pools import RouteConfig, route_all
 from evoharness.evolve.state import EvolveState
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.memory import MemoryStore
@@ -84,7 +80,7 @@ async def run_cycle(
     e.g. ``"cycle"``) and a source that has cursors, only traces written since the last
     completed cycle of that name are read; the cursor moves only when the cycle finished,
     so a killed cycle is read again (judging skips what it already did). With ``layers``,
-    every failure cluster gets a cheapest-layer decision (:mod:`evoharness.evolve.layers`).
+    every failure cluster gets a cheapest-layer decision (:mod:`evoharness.evolve.routing.layers`).
     Traces evoharness writes about itself (monitor runs) are never read as episodes.
     """
     started = time.time()

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from evoharness.evolve.curation import RuleProposer, default_pattern
+from evoharness.evolve.episodes.cases import CaseKey, default_case_key
 from evoharness.evolve.episodes.traces import Episode
 from evoharness.evolve.judging.judge import DEFAULT_CHECKS, Judge, LLMJudge, RuleCheck, RuleJudge
 from evoharness.evolve.judging.rubric import (
@@ -30,6 +30,7 @@ from evoharness.evolve.judging.rubric import (
     RubricGenerator,
     RubricItem,
 )
+from evoharness.evolve.memory.curation import RuleProposer
 from evoharness.harness import ConfigError
 from evoharness.sdk.environment import Environment, resolve_plugin
 
@@ -93,14 +94,6 @@ def score_check(mapping: Sequence[ScoreEvidence]) -> RuleCheck:
         return out
 
     return check
-
-
-def default_case_key(query: str, metadata: Mapping[str, Any]) -> str:
-    """The key cases are grouped and deduplicated by: the task id recorded in the trace's
-    metadata (when there is one) followed by the query's first content words."""
-    words = default_pattern(query)
-    task = metadata.get("task_id")
-    return f"{task} {words}".strip() if task is not None else words
 
 
 @runtime_checkable
@@ -167,7 +160,7 @@ class EnvironmentPlugin:
         version: str = "1",
         checker: RuleCheck | None = None,
         items: Sequence[RubricItem] | Callable[[str], Sequence[RubricItem]] = (),
-        case_key: Callable[[str, Mapping[str, Any]], str] = default_case_key,
+        case_key: CaseKey = default_case_key,
         lesson_hints: Mapping[str, str] | None = None,
         score_evidence: Sequence[ScoreEvidence] = (),
         runtime: Callable[..., Environment] | None = None,

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, LocalTraceSource
-from evoharness.evolve.monitor import Finding, is_internal, read_findings, version_group
+from evoharness.evolve.monitor.checks import version_group
+from evoharness.evolve.monitor.findings import Finding, is_internal, read_findings
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.registry import Registry
 

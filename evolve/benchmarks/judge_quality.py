@@ -33,7 +33,7 @@ from evoharness.evolve.environment import GENERIC, build_judge, build_rubrics, l
 from evoharness.evolve.episodes.traces import LocalTraceSource
 from evoharness.evolve.judging.jobs import judge_episodes
 from evoharness.evolve.judging.judge import Judge, RuleJudge, check_leaks, check_process
-from evoharness.evolve.routing import RouteConfig
+from evoharness.evolve.routing.pools import RouteConfig
 from evoharness.evolve.state import EvolveState
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.runner import TaskResult, run_tasks

@@ -59,7 +59,7 @@ from evoharness.evolve.environment import (
     load_plugin,
 )
 from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, LocalTraceSource
-from evoharness.evolve.memory import MemoryOp, reduce_ops
+from evoharness.evolve.memory.reducer import MemoryOp, reduce_ops
 from evoharness.evolve.state import EvolveState
 from evoharness.harness.context import ContextConfig, ContextMiddleware
 from evoharness.harness.tracing import Tracer, TraceStore

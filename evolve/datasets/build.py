@@ -25,7 +25,7 @@ from evoharness.evolve.datasets.rows import DPORow, GRPOTask, SFTRow, chat_messa
 from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
 from evoharness.evolve.judging.jobs import group_key
 from evoharness.evolve.judging.judge import Verdict
-from evoharness.evolve.routing import routes_for
+from evoharness.evolve.routing.pools import routes_for
 from evoharness.harness import ConfigError
 from evoharness.sdk.environment import Environment
 from evoharness.sdk.registry.base import content_hash

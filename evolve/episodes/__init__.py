@@ -5,9 +5,17 @@ model saw them, tool calls and results, final answer, usage, versions, scores), 
 the local store or from Langfuse through the same :class:`TraceSource` protocol.
 :class:`EpisodeEvidence` is what the harness did during the run (interventions such as
 rejected tool calls, loop breaks, guard redactions); :func:`sessions` groups the turns of
-multi-turn sessions.
+multi-turn sessions; :func:`case_of` keys a case (query pattern or the environment's case
+key).
 """
 
+from evoharness.evolve.episodes.cases import (
+    CaseKey,
+    PatternFn,
+    case_of,
+    default_case_key,
+    default_pattern,
+)
 from evoharness.evolve.episodes.evidence import (
     EpisodeEvidence,
     Intervention,
@@ -26,6 +34,7 @@ from evoharness.evolve.episodes.traces import (
 )
 
 __all__ = [
+    "CaseKey",
     "Episode",
     "EpisodeEvidence",
     "EpisodeFilter",
@@ -33,10 +42,14 @@ __all__ = [
     "InterventionKind",
     "LangfuseTraceSource",
     "LocalTraceSource",
+    "PatternFn",
     "SessionView",
     "ToolCallRecord",
     "TraceSource",
     "build_episode",
+    "case_of",
+    "default_case_key",
+    "default_pattern",
     "extract_evidence",
     "sessions",
 ]

@@ -66,7 +66,7 @@ P2_FAIL_BELOW = 3.5
 """A P2 quality item scored below this, on the judges' 1-5 scale, failed.
 
 3 is "acceptable" and 4 "good" on that scale; 3.5 sits between them, where the router's
-preference pool starts (:class:`~evoharness.evolve.routing.RouteConfig`'s
+preference pool starts (:class:`~evoharness.evolve.routing.pools.RouteConfig`'s
 ``low_quality_p2``). Layer routing and prompt clustering count a P2 item as failed at the
 same cut, so every case in the preference pool is a P2 failure to them as well."""
 
@@ -78,7 +78,7 @@ def failed_items(
 
     The P0 and P1 items that failed, then the P2 items scored below ``p2_below``, each once,
     in that order. The one definition of "failed" that layer routing
-    (:func:`~evoharness.evolve.layers.build_clusters`) and prompt clusters
+    (:func:`~evoharness.evolve.routing.layers.build_clusters`) and prompt clusters
     (:func:`~evoharness.evolve.prompting.cluster_bad_cases`) share.
     """
     out: list[tuple[str, Priority]] = [(str(i), "P0") for i in verdict.get("p0_failures") or []]

@@ -8,16 +8,15 @@ traces (request, tool calls, final answer).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from evoharness.evolve.episodes.cases import CaseKey
 from evoharness.evolve.judging.judge import P2_FAIL_BELOW, failed_items
 
 __all__ = ["BadCase", "BadCaseCluster", "cluster_bad_cases", "failed_items"]
-
-CaseKey = Callable[[str, Mapping[str, Any]], str]
 
 
 class BadCase(BaseModel):

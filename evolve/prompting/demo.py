@@ -36,7 +36,7 @@ from evoharness.evolve.prompting.layer import (
     run_prompt_layer,
 )
 from evoharness.evolve.prompting.reflect import SimulatedReflector
-from evoharness.evolve.routing import route_all
+from evoharness.evolve.routing.pools import route_all
 from evoharness.evolve.state import EvolveState
 from evoharness.sdk.registry import open_registry
 from evoharness.sdk.rollout import Outcome, RolloutController

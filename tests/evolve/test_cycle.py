@@ -10,12 +10,12 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from evoharness.evolve.cli import main
-from evoharness.evolve.curation import RuleProposer
 from evoharness.evolve.cycle import run_cycle
 from evoharness.evolve.demo import run_demo
 from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
 from evoharness.evolve.judging.judge import DEFAULT_CHECKS, Judge, RuleJudge
 from evoharness.evolve.judging.rubric import RubricGenerator
+from evoharness.evolve.memory.curation import RuleProposer
 from evoharness.evolve.state import EvolveState
 from evoharness.examples.shop.env import ShopEnvironment
 from evoharness.examples.shop.judge import ShopRules

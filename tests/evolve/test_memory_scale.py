@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from evoharness.evolve.memory import MemoryOp, _merge, _op_key, reduce_ops
+from evoharness.evolve.memory.reducer import MemoryOp, _merge, _op_key, reduce_ops
 from evoharness.sdk.memory import MemoryEntry, MemoryRetriever, MemoryStore, similarity
 from evoharness.sdk.memory.embeddings import VectorIndex
 

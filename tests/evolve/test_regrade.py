@@ -9,7 +9,7 @@ from evoharness.evolve.episodes.traces import Episode
 from evoharness.evolve.judging.jobs import judge_episodes
 from evoharness.evolve.judging.judge import Verdict, verdict_from
 from evoharness.evolve.judging.rubric import ItemResult, Rubric, RubricGenerator, RubricItem
-from evoharness.evolve.routing import UNDECIDED, route_all
+from evoharness.evolve.routing.pools import UNDECIDED, route_all
 from evoharness.evolve.state import EvolveState
 from evoharness.harness.tracing import TraceStore
 

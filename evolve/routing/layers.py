@@ -35,12 +35,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from evoharness.evolve.curation import default_pattern
 from evoharness.evolve.environment import EvolveEnvironment, lesson_hints_of
+from evoharness.evolve.episodes.cases import CaseKey, case_of
 from evoharness.evolve.episodes.traces import Episode, TraceSource
 from evoharness.evolve.judging.judge import P2_FAIL_BELOW, failed_items
-from evoharness.evolve.monitor import Finding, read_findings
-from evoharness.evolve.routing import ROUTES
+from evoharness.evolve.monitor.findings import Finding, read_findings
+from evoharness.evolve.routing.pools import ROUTES
 from evoharness.evolve.state import EvolveState
 from evoharness.sdk.memory import MemoryEntry
 from evoharness.sdk.registry import ArtifactVersion, Registry, live_since
@@ -53,7 +53,6 @@ Action = Literal[
 ]
 """``keep``: memory already fixed it (or is still being measured); ``none``: too few cases."""
 ChosenLayer = Literal["memory", "guard", "prompt", "weights", "ops", "none"]
-CaseKey = Callable[[str, Mapping[str, Any]], str]
 
 
 class LayerConfig(BaseModel):
@@ -139,13 +138,7 @@ def _failed_items(
 
 
 def _key_of(case_key: CaseKey | None) -> Callable[[Mapping[str, Any]], str]:
-    def key(pkg: Mapping[str, Any]) -> str:
-        query = str(pkg.get("query") or "")
-        if case_key is not None:
-            return case_key(query, pkg.get("metadata") or {})
-        return default_pattern(query)
-
-    return key
+    return lambda pkg: case_of(pkg, case_key)
 
 
 def _dedupe(packages: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

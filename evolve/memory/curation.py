@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from langchain_core.language_models import BaseChatModel
@@ -11,22 +11,9 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import ValidationError
 
 from evoharness.evolve._json import extract_json
-from evoharness.evolve.memory import MemoryOp
-from evoharness.harness.text import content_words
+from evoharness.evolve.episodes.cases import CaseKey, PatternFn, case_of, default_pattern
+from evoharness.evolve.memory.reducer import MemoryOp
 from evoharness.sdk.memory import MemoryEntry, similarity
-
-PatternFn = Callable[[str], str]
-CaseKeyFn = Callable[[str, Mapping[str, Any]], str]
-
-
-def default_pattern(query: str) -> str:
-    """A query pattern: its first six content words in order (override per domain)."""
-    seen: list[str] = []
-    for w in query.lower().split():
-        w = w.strip(".,;:!?")
-        if w in content_words(w) and w not in seen and not w.isdigit():
-            seen.append(w)
-    return " ".join(seen[:6])
 
 
 def tool_sequence(pkg: dict[str, Any]) -> list[str]:
@@ -103,7 +90,7 @@ class RuleProposer:
         *,
         pattern: PatternFn = default_pattern,
         hints: Mapping[str, str | tuple[str, str]] | None = None,
-        case_key: CaseKeyFn | None = None,
+        case_key: CaseKey | None = None,
     ) -> None:
         self.pattern = pattern
         self.case_key = case_key
@@ -113,10 +100,7 @@ class RuleProposer:
 
     def key(self, pkg: dict[str, Any]) -> str:
         """The case key of a diagnosis package."""
-        query = pkg.get("query") or ""
-        if self.case_key is not None:
-            return self.case_key(query, pkg.get("metadata") or {})
-        return self.pattern(query)
+        return case_of(pkg, self.case_key, self.pattern)
 
     def propose(
         self,

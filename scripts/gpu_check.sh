@@ -55,10 +55,10 @@ import sys
 from pathlib import Path
 
 from evoharness.evolve.benchmarks.weights import compare_throughput, simulate_goodcases
-from evoharness.evolve.datasets.build import Gates, build_sft, tool_schemas
+from evoharness.evolve.weights.datasets import Gates, build_sft, tool_schemas
 from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
-from evoharness.evolve.train.config import SFTRunConfig
-from evoharness.evolve.train.runner import train
+from evoharness.evolve.weights.config import SFTRunConfig
+from evoharness.evolve.weights.training import train
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.environment import load_environment
 from evoharness.sdk.serving.base_models import smollm2_dir
@@ -111,7 +111,7 @@ import json
 import sys
 from pathlib import Path
 
-from evoharness.evolve.train.versions import publish_adapter, served_name, verified_path
+from evoharness.evolve.weights.versions import publish_adapter, served_name, verified_path
 from evoharness.sdk.registry import open_registry
 from evoharness.sdk.serving.vllm import VLLMAdapterManager
 

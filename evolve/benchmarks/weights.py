@@ -39,11 +39,11 @@ from typing import Any
 from langchain_core.messages import AIMessage
 from pydantic import BaseModel
 
-from evoharness.evolve.datasets.build import Dataset, Gates, build_dpo, build_sft, tool_schemas
 from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, LocalTraceSource
-from evoharness.evolve.train.config import DPORunConfig, SFTRunConfig
-from evoharness.evolve.train.runner import build_trainer, prepare_rows, train
-from evoharness.evolve.train.versions import (
+from evoharness.evolve.weights.config import DPORunConfig, SFTRunConfig
+from evoharness.evolve.weights.datasets import Dataset, Gates, build_dpo, build_sft, tool_schemas
+from evoharness.evolve.weights.training import build_trainer, prepare_rows, train
+from evoharness.evolve.weights.versions import (
     EvalResult,
     TaskEval,
     activate,

@@ -16,10 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from evoharness.evolve.datasets.build import DatasetManifest
 from evoharness.evolve.episodes.traces import Episode
 from evoharness.evolve.monitor.findings import Finding, Layer
 from evoharness.evolve.monitor.sequential import Direction, DriftDetector
+from evoharness.evolve.weights.datasets import DatasetManifest
 from evoharness.sdk.registry import ArtifactNotFound, Registry, live_since
 
 

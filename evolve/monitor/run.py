@@ -29,7 +29,7 @@ from evoharness.evolve.monitor.findings import Finding, is_internal, record_find
 from evoharness.harness.tracing import Observation, TraceStore
 from evoharness.sdk.registry import ArtifactNotFound, Registry
 
-Progress = Callable[[str, int, int], None]
+MonitorProgress = Callable[[str, int, int], None]
 """``(step, done, total)``: called as the run advances (``total`` 0 while unknown)."""
 
 
@@ -134,7 +134,7 @@ def run_monitor(
     prompts: Sequence[str] | None = None,
     policies: Sequence[str] | None = None,
     record_to: TraceStore | None = None,
-    on_progress: Progress | None = None,
+    on_progress: MonitorProgress | None = None,
 ) -> MonitorReport:
     """Run every check and return the findings (recorded in ``record_to`` when given).
 

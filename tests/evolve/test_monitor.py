@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from evoharness.evolve.benchmarks import monitor as bench_monitor
 from evoharness.evolve.cli import build_app
-from evoharness.evolve.datasets.build import DatasetManifest, SplitInfo
 from evoharness.evolve.episodes.traces import (
     Episode,
     EpisodeFilter,
@@ -33,6 +32,7 @@ from evoharness.evolve.monitor import (
     read_findings,
     run_monitor,
 )
+from evoharness.evolve.weights.datasets import DatasetManifest, SplitInfo
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import TraceStore, new_span_id, root_span_id, trace_id_for
 from evoharness.harness.tracing.langfuse_export import LangfuseExporter

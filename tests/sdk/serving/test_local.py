@@ -58,9 +58,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
     import torch
     from peft import get_peft_model
 
-    from evoharness.evolve.train.config import LoRASpec
-    from evoharness.evolve.train.model import load_model
-    from evoharness.evolve.train.tiny import build_tiny_model
+    from evoharness.evolve.weights.config import LoRASpec
+    from evoharness.evolve.weights.tiny import build_tiny_model
+    from evoharness.sdk.serving.base_models import load_model
 
     root = tmp_path_factory.mktemp("serving")
     corpus = ['<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call> hello'] * 20

@@ -18,19 +18,19 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from evoharness.evolve.train.config import DPORunConfig, GRPORunConfig, SFTRunConfig, TrainConfig
-from evoharness.evolve.train.model import (
+from evoharness.evolve.weights.config import DPORunConfig, GRPORunConfig, SFTRunConfig, TrainConfig
+from evoharness.harness import ConfigError, RunError
+from evoharness.harness.tracing import TraceStore, trace_id_for
+from evoharness.sdk.registry.base import content_hash
+from evoharness.sdk.serving.base_models import (
     load_model,
     load_tokenizer,
     quiet_threads,
     require_training,
     training_chat_template,
 )
-from evoharness.harness import ConfigError, RunError
-from evoharness.harness.tracing import TraceStore, trace_id_for
-from evoharness.sdk.registry.base import content_hash
 
-Progress = Callable[[int, int, dict[str, float]], None]
+TrainProgress = Callable[[int, int, dict[str, float]], None]
 """``progress(step, max_steps, last_logs)`` after every optimizer step."""
 
 
@@ -205,7 +205,7 @@ def render_dpo(rows: Sequence[dict[str, Any]], tokenizer: Any) -> list[dict[str,
 
 
 # -- callbacks ---------------------------------------------------------------------------------
-def _callbacks(run_dir: Path, progress: Progress | None, max_steps: int) -> list[Any]:
+def _callbacks(run_dir: Path, progress: TrainProgress | None, max_steps: int) -> list[Any]:
     from transformers import TrainerCallback
 
     metrics_path = run_dir / "metrics.jsonl"
@@ -419,7 +419,7 @@ def train(
     reward_funcs: Sequence[Callable[..., list[float | None]]] = (),
     tools: Sequence[Callable[..., Any]] = (),
     environment_factory: Callable[[], Any] | None = None,
-    progress: Progress | None = None,
+    progress: TrainProgress | None = None,
     store: TraceStore | None = None,
 ) -> TrainResult:
     """Train a LoRA adapter on ``rows`` in ``run_dir`` (resuming if it was killed).

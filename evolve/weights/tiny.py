@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from evoharness.evolve.train.model import training_chat_template
+from evoharness.sdk.serving.base_models import training_chat_template
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 

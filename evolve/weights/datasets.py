@@ -21,11 +21,11 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, Field
 
-from evoharness.evolve.datasets.rows import DPORow, GRPOTask, SFTRow, chat_messages
 from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
 from evoharness.evolve.judging.jobs import group_key
 from evoharness.evolve.judging.judge import Verdict
 from evoharness.evolve.routing.pools import routes_for
+from evoharness.evolve.weights.rows import DPORow, GRPOTask, SFTRow, chat_messages
 from evoharness.harness import ConfigError
 from evoharness.sdk.environment import Environment
 from evoharness.sdk.registry.base import content_hash

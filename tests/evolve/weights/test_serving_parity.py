@@ -24,8 +24,8 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from evoharness.evolve.datasets.build import Gates, build_sft, tool_schemas
 from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
+from evoharness.evolve.weights.datasets import Gates, build_sft, tool_schemas
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import load_environment
 from evoharness.sdk.runner import run_tasks
@@ -88,7 +88,7 @@ class ScriptedPool:
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     for module in ("torch", "transformers", "peft"):
         pytest.importorskip(module, reason="the train extra is not installed (see docs/weights.md)")
-    from evoharness.evolve.train.tiny import build_tiny_model
+    from evoharness.evolve.weights.tiny import build_tiny_model
 
     corpus = ['{"item_id": "AMZ-0001", "platform": "amazon", "price_cny": 12.5}'] * 10
     corpus.append("<tool_call>\n</tool_call> <tool_response>\n</tool_response> books kitchen")
@@ -96,7 +96,7 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_serving_prompts_are_the_training_tokens(tiny_dir: str, tmp_path: Path) -> None:
-    from evoharness.evolve.train.runner import tokenize_sft
+    from evoharness.evolve.weights.training import tokenize_sft
     from evoharness.sdk.serving.local import AdapterPool, LocalChatModel
 
     env = load_environment("shop", faults="none", seed=0)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from evoharness.evolve.demo.prompts import bad_case_packages
 from evoharness.evolve.environment import load_plugin, runtime_of
 from evoharness.evolve.prompting import (
     EvalResults,
@@ -31,7 +32,6 @@ from evoharness.evolve.prompting import (
     ensure_prompt,
     run_prompt_layer,
 )
-from evoharness.evolve.prompting.demo import bad_case_packages
 from evoharness.sdk.registry import open_registry
 
 

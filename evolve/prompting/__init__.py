@@ -31,6 +31,7 @@ from evoharness.evolve.prompting.evaluation import (
     close_worker_caches,
     mcnemar_exact,
     run_item,
+    worker_trace_store,
 )
 from evoharness.evolve.prompting.gates import (
     PROPOSAL_KIND,
@@ -100,4 +101,5 @@ __all__ = [
     "run_item",
     "run_prompt_layer",
     "template_from_text",
+    "worker_trace_store",
 ]

@@ -134,7 +134,10 @@ def _runtime(item: EvalItem) -> tuple[Any, frozenset[str]]:
         return hit
 
 
-def _store(path: str) -> Any:
+def worker_trace_store(path: str) -> Any:
+    """The trace store at ``path`` that this process's evaluation runs write to (opened once
+    per process, closed by :func:`close_worker_caches`); read it back through the same
+    object, so what the runs recorded is flushed before it is read."""
     from evoharness.harness.tracing import TraceStore
 
     with _CACHE_LOCK:
@@ -178,7 +181,7 @@ def run_item(item: EvalItem) -> RunRecord:
         raise ConfigError(
             f"task {item.task_id!r} is not in split {item.split!r} of {item.env!r}", field="task"
         )
-    store = _store(item.trace_db) if item.trace_db else None
+    store = worker_trace_store(item.trace_db) if item.trace_db else None
     tracer = Tracer(store) if store is not None else None
     info = RunInfo(
         run_id=f"prompt-eval:{item.eval_id}:{item.split}:{item.task_id}:v{item.version}:"

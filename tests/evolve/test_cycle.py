@@ -11,7 +11,7 @@ from langchain_core.messages import HumanMessage
 
 from evoharness.evolve.cli import main
 from evoharness.evolve.cycle import run_cycle
-from evoharness.evolve.demo import run_demo
+from evoharness.evolve.demo.cycle import run_demo
 from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
 from evoharness.evolve.judging.judge import DEFAULT_CHECKS, Judge, RuleJudge
 from evoharness.evolve.judging.rubric import RubricGenerator

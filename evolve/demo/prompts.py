@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from evoharness.evolve.demo import DemoResult, run_demo
+from evoharness.evolve.demo.cycle import DemoResult, run_demo
 from evoharness.evolve.environment import build_judge, build_rubrics, load_plugin, runtime_of
 from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
 from evoharness.evolve.judging.jobs import judge_episodes
@@ -26,8 +26,8 @@ from evoharness.evolve.prompting.evaluation import (
     EvalResults,
     PairedEvaluation,
     PairedReport,
-    _store,
     close_worker_caches,
+    worker_trace_store,
 )
 from evoharness.evolve.prompting.layer import (
     PromptLayerConfig,
@@ -99,7 +99,7 @@ def bad_case_packages(
     run = evaluation.run(env, version, version, val=tasks)
     if evaluation.trace_db is None:
         raise ValueError("bad_case_packages needs an evaluation with a trace_db")
-    store = _store(evaluation.trace_db)
+    store = worker_trace_store(evaluation.trace_db)
     store.flush(60)
     state = EvolveState(state_path)
     ids = set(run.trace_ids)

@@ -7,21 +7,29 @@
   arguments that fail validation, so the model can send it again (at most ``max_retries``
   times per user turn; then the run ends with a reply that says why). This also keeps the
   history valid for providers, which reject an assistant tool call without a result.
+* A reply whose text is only a tool call written as JSON (``{"name": ..., "arguments":
+  ...}``, one or several, bare or in a code fence) naming a bound tool, instead of the
+  model's own tool-call syntax, becomes that tool call (``unwrap_calls``). Small
+  instruction-tuned models do this often (Qwen2.5-Coder-0.5B answers BFCL zero-shot with
+  bare or fenced JSON); without it the run ends as a prose answer that did nothing. Text
+  that names no bound tool, or holds anything besides the JSON, is left as it is.
 * An empty reply, or one cut off at the token limit (``finish_reason == "length"``,
   ``stop_reason == "max_tokens"``), is recorded; when a terminal tool is configured the
   model is nudged once, in the same model call, to finish with it.
 
-What was done is recorded as events (``tool_call_malformed``, ``reply_empty``,
-``reply_truncated``, ``reply_nudged``; ``reply_check_failed`` when the run ends on such a
-reply, which trace exports show at warning level). The raw malformed calls are kept on the
-reply (``response_metadata["evoharness_malformed"]``), so the decision is read off the
-history: nothing is kept in the middleware, and a resumed checkpoint behaves the same.
+What was done is recorded as events (``tool_call_unwrapped``, ``tool_call_malformed``,
+``reply_empty``, ``reply_truncated``, ``reply_nudged``; ``reply_check_failed`` when the run
+ends on such a reply, which trace exports show at warning level). The raw malformed calls
+are kept on the reply (``response_metadata["evoharness_malformed"]``), so the decision is
+read off the history: nothing is kept in the middleware, and a resumed checkpoint behaves the same.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, Literal
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -30,6 +38,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from pydantic import BaseModel, ConfigDict, Field
 
 from evoharness.harness._messages import ToolResult, current_turn, text_of, with_note
+from evoharness.harness._steps import ModelCall, ModelCallSteps
 from evoharness.harness.events import EventLog
 
 MALFORMED_KEY = "evoharness_malformed"
@@ -49,12 +58,96 @@ class ReplyCheckConfig(BaseModel):
             anyway).
         nudge: Ask once for the terminal tool after an empty or cut-off final reply
             (only when a terminal tool is configured).
+        unwrap_calls: Turn a reply that is only JSON tool calls naming bound tools (bare
+            or fenced) into those calls.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_retries: int = Field(2, ge=0)
     nudge: bool = True
+    unwrap_calls: bool = True
+
+
+_FENCE = re.compile(r"```[A-Za-z_]*[ \t]*\n?(.*?)```", re.DOTALL)
+
+
+def _json_values(body: str) -> list[Any] | None:
+    """The JSON values ``body`` consists of (whitespace between them), else ``None``."""
+    decoder = json.JSONDecoder()
+    values: list[Any] = []
+    i, n = 0, len(body)
+    while True:
+        while i < n and body[i].isspace():
+            i += 1
+        if i == n:
+            return values or None
+        try:
+            value, i = decoder.raw_decode(body, i)
+        except ValueError:
+            return None
+        values.append(value)
+
+
+def unwrapped_calls(text: str, tools: Collection[str]) -> list[ToolCall]:
+    """The tool calls ``text`` writes as JSON, when that is all it holds.
+
+    Accepted: one or more ``{"name": <bound tool>, "arguments": {...}}`` objects (or a
+    list of them; ``parameters`` for ``arguments``, a JSON-encoded string of an object
+    too), bare or each in a code fence, nothing else beside them. Anything else (prose,
+    a name that is not bound, arguments that are not an object) gives ``[]``.
+
+    Example:
+        >>> reply = '```json\\n{"name": "f", "arguments": {"x": 1}}\\n```'
+        >>> [(c["name"], c["args"]) for c in unwrapped_calls(reply, {"f"})]
+        [('f', {'x': 1})]
+    """
+    stripped = text.strip()
+    if not stripped or not tools:
+        return []
+    fences = list(_FENCE.finditer(stripped))
+    if fences and _FENCE.sub("", stripped).strip():
+        return []  # prose around the fences: an explanation, not a call
+    bodies = [m.group(1) for m in fences] or [stripped]
+    calls: list[ToolCall] = []
+    for body in bodies:
+        values = _json_values(body)
+        if values is None:
+            return []
+        items = [v for value in values for v in (value if isinstance(value, list) else [value])]
+        for item in items:
+            if not isinstance(item, dict) or item.get("name") not in tools:
+                return []
+            args = item.get("arguments", item.get("parameters", {}))
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args)
+                except ValueError:
+                    return []
+            if not isinstance(args, dict):
+                return []
+            calls.append(
+                ToolCall(
+                    name=item["name"],
+                    args=args,
+                    id=f"call_{uuid.uuid4().hex[:12]}",
+                    type="tool_call",
+                )
+            )
+    return calls
+
+
+def bound_tool_names(tools: Sequence[Any]) -> set[str]:
+    """Names of the tools bound to a model request (``BaseTool`` or OpenAI dicts)."""
+    names: set[str] = set()
+    for tool in tools:
+        if isinstance(tool, dict):
+            name = tool.get("name") or (tool.get("function") or {}).get("name")
+        else:
+            name = getattr(tool, "name", None)
+        if isinstance(name, str):
+            names.add(name)
+    return names
 
 
 def problem_of(reply: AIMessage) -> Problem | None:
@@ -95,7 +188,7 @@ def parse_error_text(name: str | None, raw: str | None, error: str | None) -> st
     )
 
 
-class ReplyCheckMiddleware(AgentMiddleware[Any, Any, Any]):
+class ReplyCheckMiddleware(ModelCallSteps, AgentMiddleware[Any, Any, Any]):
     """Answer malformed tool calls with an error observation; record and nudge empty or
     cut-off replies.
 
@@ -178,6 +271,15 @@ class ReplyCheckMiddleware(AgentMiddleware[Any, Any, Any]):
         reply = result[-1] if result else None
         if not isinstance(reply, AIMessage):
             return response
+        if self.config.unwrap_calls and not reply.tool_calls and not reply.invalid_tool_calls:
+            calls = unwrapped_calls(text_of(reply), bound_tool_names(request.tools))
+            if calls:
+                self.events.emit("tool_call_unwrapped", self.name, tools=[c["name"] for c in calls])
+                reply = reply.model_copy(update={"content": "", "tool_calls": calls})
+                result = [*result[:-1], reply]
+                response = ModelResponse(
+                    result=result, structured_response=response.structured_response
+                )
         problem = problem_of(reply)
         if problem is None:
             return response
@@ -230,26 +332,13 @@ class ReplyCheckMiddleware(AgentMiddleware[Any, Any, Any]):
                 return None
         return None
 
-    def wrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
-        out = self._check(request, handler(request), nudged=False)
+    def _model_call(self, request: ModelRequest[Any]) -> ModelCall:
+        """The model call as steps: the request, and once more with a nudge when the
+        reply needs one. Run by the
+        sync and async wrap hooks of :class:`~evoharness.harness._steps.ModelCallSteps`."""
+        out = self._check(request, (yield request), nudged=False)
         if isinstance(out, ModelRequest):
-            second = self._check(request, handler(out), nudged=True)
-            assert isinstance(second, ModelResponse)  # nudged: never another request
-            return second
-        return out
-
-    async def awrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
-        out = self._check(request, await handler(request), nudged=False)
-        if isinstance(out, ModelRequest):
-            second = self._check(request, await handler(out), nudged=True)
+            second = self._check(request, (yield out), nudged=True)
             assert isinstance(second, ModelResponse)  # nudged: never another request
             return second
         return out

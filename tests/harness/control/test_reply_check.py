@@ -18,7 +18,7 @@ from evoharness.harness import (
     ReplyCheckMiddleware,
     default_middleware,
 )
-from evoharness.harness.control.reply_check import MALFORMED_KEY, problem_of
+from evoharness.harness.control.reply_check import MALFORMED_KEY, problem_of, unwrapped_calls
 from evoharness.sdk.testing import ScriptedChatModel
 
 
@@ -210,3 +210,66 @@ def test_a_run_ending_on_an_empty_reply_is_a_warning_in_its_trace(tmp_path: Any)
         obs = store.observations(trace_id_for(f"empty-{mode}"))
         marks = {o.name: o.level for o in obs if o.type == "event"}
         assert marks == {"reply_empty": "DEFAULT", "reply_check_failed": "WARNING"}
+
+
+# -- JSON tool calls written as text (unwrap_calls) -------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('```json\n{"name": "search", "arguments": {"q": "kettle"}}\n```', [{"q": "kettle"}]),
+        ('{"name": "search", "arguments": {"q": "kettle"}}', [{"q": "kettle"}]),
+        ('{"name": "search", "parameters": "{\\"q\\": \\"a\\"}"}', [{"q": "a"}]),
+        (
+            '{"name": "search", "arguments": {"q": "a"}}\n'
+            '{"name": "search", "arguments": {"q": "b"}}',
+            [{"q": "a"}, {"q": "b"}],
+        ),
+        (
+            '[{"name": "search", "arguments": {"q": "a"}}, {"name": "finish", "arguments": {}}]',
+            [{"q": "a"}, {}],
+        ),
+        (
+            '```\n{"name": "search", "arguments": {"q": "a"}}\n```\n```json\n'
+            '{"name": "search", "arguments": {"q": "b"}}\n```',
+            [{"q": "a"}, {"q": "b"}],
+        ),
+        # not a call: an unbound name, prose around it, arguments that are no object, prose
+        ('{"name": "delete_all", "arguments": {}}', []),
+        ('I would call ```json\n{"name": "search", "arguments": {"q": "a"}}\n```', []),
+        ('{"name": "search", "arguments": [1]}', []),
+        ("Kettles cost 30 CNY.", []),
+        ('{"q": "kettle"}', []),
+    ],
+)
+def test_unwrapped_calls_accepts_only_json_calls_of_bound_tools(
+    text: str, expected: list[dict[str, Any]]
+) -> None:
+    calls = unwrapped_calls(text, {"search", "finish"})
+    assert [c["args"] for c in calls] == expected
+    assert len({c["id"] for c in calls}) == len(calls)
+
+
+def test_a_fenced_json_call_naming_a_bound_tool_runs_as_a_call(run: Any) -> None:
+    fenced = AIMessage('```json\n{"name": "search", "arguments": {"q": "kettle"}}\n```')
+    _, events, agent = harnessed([fenced, "Found kettles."])
+    out = run(agent, {"messages": [HumanMessage("find a kettle")]})
+    assert out["messages"][-1].content == "Found kettles."
+    (result,) = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert result.content == "results for kettle"
+    call = out["messages"][1]
+    assert (
+        isinstance(call, AIMessage)
+        and call.content == ""
+        and call.tool_calls[0]["name"] == ("search")
+    )
+    assert [e.kind for e in events.events] == ["tool_call_unwrapped"]
+    assert events.events[0].data["tools"] == ["search"]
+
+
+def test_unwrapping_can_be_turned_off(run: Any) -> None:
+    fenced = AIMessage('{"name": "search", "arguments": {"q": "kettle"}}')
+    _, events, agent = harnessed([fenced], reply_check=ReplyCheckConfig(unwrap_calls=False))
+    out = run(agent, {"messages": [HumanMessage("find a kettle")]})
+    assert out["messages"][-1].content == fenced.content
+    assert not [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert events.events == []

@@ -51,7 +51,7 @@ from langchain_core.tools import BaseTool
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Checkpointer
 
-from evoharness.harness import HooksMiddleware, events_of, session_scope
+from evoharness.harness import HooksMiddleware, events_of, session_scope, walk_middleware
 from evoharness.harness.compose import ComposedMiddleware
 from evoharness.harness.context.reference import ReferenceMiddleware
 from evoharness.harness.errors import ConfigError
@@ -73,6 +73,7 @@ from evoharness.sdk.session import (
     SessionContext,
     SessionDoor,
     SessionPin,
+    SkillsSource,
 )
 
 __all__ = ["EvoAgent", "PinnedPromptMiddleware", "SessionPin", "create_evo_agent"]
@@ -198,13 +199,8 @@ class EvoAgent:
         self.middleware = list(middleware)
         self.tracer = tracer
         self.door = door or SessionDoor([])
-        self._hooks = [m for m in self.middleware if isinstance(m, HooksMiddleware)]
-        self._hooks += [
-            c
-            for m in self.middleware
-            for c in getattr(m, "children", [])
-            if isinstance(c, HooksMiddleware)
-        ]
+        walked = walk_middleware(self.middleware)
+        self._hooks = [m for m in walked if isinstance(m, HooksMiddleware)]
 
     # -- session resolution ----------------------------------------------------------------
     def pin(self, session: str) -> SessionPin | None:
@@ -550,6 +546,8 @@ def _sources(
     guard_rules: str | None,
     adapter: str | Callable[[str | None], str | None] | None,
     artifacts: Sequence[ArtifactSource],
+    skills: str | SkillsSource | None = None,
+    tracer: Tracer | None = None,
 ) -> list[ArtifactSource]:
     """The door's sources for ``create_evo_agent``'s arguments, prompt first (it sets the
     system message the others add to)."""
@@ -577,6 +575,11 @@ def _sources(
         sources.append(MemorySource(reg, memory))
     elif memory is not None:
         sources.append(memory)
+    if isinstance(skills, str):
+        reg = needs_registry(f"skills={skills!r}", "or skills=SkillsSource(registry, name)")
+        sources.append(SkillsSource(reg, skills, tracer=tracer))
+    elif skills is not None:
+        sources.append(skills)
     if guard_rules is not None:
         reg = needs_registry(f"guard_rules={guard_rules!r}", "where evolve publishes rules")
         sources.append(GuardRulesSource(reg, guard_rules))
@@ -593,17 +596,13 @@ def _refuse_two_memory_doors(
 ) -> None:
     if not any(s.kind == MEMORY for s in sources):
         return
-    pending = list(middleware)
-    while pending:
-        m = pending.pop()
-        if isinstance(m, ReferenceMiddleware):
-            raise ConfigError(
-                "memory=... and a harness with references=... both inject learned memory "
-                "(into the same state key): serve memory through memory=... only (drop "
-                "references= from default_middleware)",
-                field="memory",
-            )
-        pending.extend(getattr(m, "children", []))
+    if any(isinstance(m, ReferenceMiddleware) for m in walk_middleware(middleware)):
+        raise ConfigError(
+            "memory=... and a harness with references=... both inject learned memory "
+            "(into the same state key): serve memory through memory=... only (drop "
+            "references= from default_middleware)",
+            field="memory",
+        )
 
 
 def create_evo_agent(
@@ -617,6 +616,7 @@ def create_evo_agent(
     rollout: RolloutController | None = None,
     prompt_variables: Mapping[str, Any] | None = None,
     memory: str | MemorySource | None = None,
+    skills: str | SkillsSource | None = None,
     guard_rules: str | None = None,
     adapter: str | Callable[[str | None], str | None] | None = None,
     artifacts: Sequence[ArtifactSource] = (),
@@ -646,6 +646,11 @@ def create_evo_agent(
         memory: A memory artifact (``evolve cycle`` publishes ``memory/default``): the
             session retrieves from the snapshot active when it started; or a
             :class:`~evoharness.sdk.session.MemorySource` for its options.
+        skills: A ``skills`` artifact (a skill set): the session is offered the skills of
+            the version active when it started whose case pattern fits its request (names
+            in the system prompt, bodies through ``load_skill``, workflows as tools whose
+            inner calls are governed and traced); or a
+            :class:`~evoharness.sdk.session.SkillsSource` for its options.
         guard_rules: A ``guard_rules`` artifact: answers are checked against the version
             active when the session started (beside the harness's own rules).
         adapter: An ``adapter`` artifact (the policy) served to every model call of the
@@ -676,6 +681,8 @@ def create_evo_agent(
         guard_rules=guard_rules,
         adapter=adapter,
         artifacts=artifacts,
+        skills=skills,
+        tracer=tracer,
     )
     _refuse_two_memory_doors(middleware, sources)
     door = SessionDoor(sources, max_sessions=max_sessions)

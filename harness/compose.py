@@ -22,7 +22,7 @@ import functools
 import inspect
 import types
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain.agents.middleware import (
     AgentMiddleware,
@@ -129,47 +129,57 @@ class _WrapSlots:
         self, request: ModelRequest[Any], handler: ModelHandler
     ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
         commands: list[Command[Any]] = []
-        chain: ModelHandler = handler
-        for m in reversed(self._model):
-            chain = functools.partial(
-                lambda req, mw, inner: _unwrap(mw.wrap_model_call(req, inner), commands),
-                mw=m,
-                inner=chain,
-            )
+        hooks = [m.wrap_model_call for m in self._model]
+        chain = _chain(hooks, handler, functools.partial(_model_layer, commands))
         return _finish(chain(request), commands)
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: AModelHandler
     ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
         commands: list[Command[Any]] = []
-        chain: AModelHandler = handler
-
-        def layer(mw: AgentMiddleware[Any, Any, Any], inner: AModelHandler) -> AModelHandler:
-            async def call(req: ModelRequest[Any]) -> ModelResponse[Any]:
-                return _unwrap(await mw.awrap_model_call(req, inner), commands)
-
-            return call
-
-        for m in reversed(self._model):
-            chain = layer(m, chain)
+        hooks = [m.awrap_model_call for m in self._model]
+        chain = _chain(hooks, handler, functools.partial(_amodel_layer, commands))
         return _finish(await chain(request), commands)
 
     # -- tool calls ------------------------------------------------------------------------
     def wrap_tool_call(self, request: ToolCallRequest, handler: ToolHandler) -> ToolResult:
-        chain: ToolHandler = handler
-        for m in reversed(self._tool):
-            chain = functools.partial(
-                lambda req, mw, inner: mw.wrap_tool_call(req, inner), mw=m, inner=chain
-            )
-        return chain(request)
+        chain = _chain([m.wrap_tool_call for m in self._tool], handler)
+        return cast(ToolResult, chain(request))
 
     async def awrap_tool_call(self, request: ToolCallRequest, handler: AToolHandler) -> ToolResult:
-        chain: AToolHandler = handler
-        for m in reversed(self._tool):
-            chain = functools.partial(
-                lambda req, mw, inner: mw.awrap_tool_call(req, inner), mw=m, inner=chain
-            )
-        return await chain(request)
+        chain = _chain([m.awrap_tool_call for m in self._tool], handler)
+        return cast(ToolResult, await chain(request))
+
+
+def _layer(hook: Callable[[Any, Any], Any], inner: Callable[[Any], Any], request: Any) -> Any:
+    """One layer of a chain: ``hook`` with the rest of the chain as its handler."""
+    return hook(request, inner)
+
+
+def _model_layer(
+    commands: list[Command[Any]], hook: Callable[..., Any], inner: ModelHandler, request: Any
+) -> ModelResponse[Any]:
+    """A model-call layer: its commands are collected, its response handed on plain."""
+    return _unwrap(hook(request, inner), commands)
+
+
+async def _amodel_layer(
+    commands: list[Command[Any]], hook: Callable[..., Any], inner: AModelHandler, request: Any
+) -> ModelResponse[Any]:
+    """Async twin of :func:`_model_layer` (the one line that must await)."""
+    return _unwrap(await hook(request, inner), commands)
+
+
+def _chain(
+    hooks: Sequence[Callable[[Any, Any], Any]],
+    handler: Callable[[Any], Any],
+    layer: Callable[..., Any] = _layer,
+) -> Callable[[Any], Any]:
+    """``handler`` wrapped in ``hooks``, the first outermost (the same for sync and async
+    hooks: an async chain returns the awaitable of its outermost layer)."""
+    for hook in reversed(hooks):
+        handler = functools.partial(layer, hook, handler)
+    return handler
 
 
 _SLOTTED: dict[tuple[type[Any], frozenset[str]], type[ComposedMiddleware]] = {}

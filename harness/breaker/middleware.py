@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import Any, cast
+from typing import Any, Self, TypeVar, cast
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import ToolCall, ToolMessage
@@ -26,6 +26,7 @@ from evoharness.harness.breaker.state import (
 from evoharness.harness.events import EventLog
 
 KeyFn = Callable[[ToolCall], str]
+_R = TypeVar("_R")
 ResultPredicate = Callable[[ToolMessage | Command[Any]], bool]
 
 
@@ -82,20 +83,60 @@ class _WatchedTool:
         return getattr(self.tool, name)
 
     def invoke(self, *args: Any, **kwargs: Any) -> Any:
-        self.invoked = True
-        try:
+        with self:
             return self.tool.invoke(*args, **kwargs)
-        except BaseException as exc:
-            self.raised = exc
-            raise
 
     async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:
-        self.invoked = True
-        try:
+        with self:
             return await self.tool.ainvoke(*args, **kwargs)
-        except BaseException as exc:
+
+    def __enter__(self) -> None:
+        self.invoked = True
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if exc is not None:
             self.raised = exc
-            raise
+
+
+class _GuardedCall:
+    """One call the breaker let through; when it ends, its permit is settled with the
+    breaker's verdict on how it ended (``with`` in the sync hook, ``async with`` in the
+    async one, which keeps blocking backends off the event loop)."""
+
+    __slots__ = ("breaker", "key", "permit", "request", "result", "started", "watched")
+
+    def __init__(
+        self, breaker: CircuitBreakerMiddleware, request: ToolCallRequest, key: str, permit: Permit
+    ) -> None:
+        self.breaker, self.key, self.permit = breaker, key, permit
+        self.watched = _WatchedTool(request.tool)
+        self.request = request.override(tool=cast(Any, self.watched))
+        self.result: ToolResult | None = None
+        self.started = time.perf_counter()
+
+    def verdict(self, exc: BaseException | None) -> bool | None:
+        """The breaker's verdict on how the call ended (raised ``exc``, or returned)."""
+        if exc is not None:
+            return self.breaker.classify(exc, 0.0, self.watched)
+        elapsed = time.perf_counter() - self.started
+        return self.breaker.classify(cast(ToolResult, self.result), elapsed, self.watched)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        self.breaker._settle(self.key, self.permit, self.verdict(exc))
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, asyncio.CancelledError):
+            # the task is being cancelled: give the permit back without awaiting
+            self.breaker._release_soon(self.key, self.permit)
+        else:
+            verdict = self.verdict(exc)
+            await self.breaker._off_loop(self.breaker._settle, self.key, self.permit, verdict)
 
 
 def _bad_arguments(exc: BaseException, tool: Any) -> bool:
@@ -230,6 +271,22 @@ class CircuitBreakerMiddleware(AgentMiddleware[Any, Any, Any]):
         else:
             self._report(self.backend.record(key, failure=verdict, permit=permit))
 
+    def _admit(
+        self, request: ToolCallRequest, key: str, acquired: tuple[Permit, Sequence[Transition]]
+    ) -> _GuardedCall | ToolMessage:
+        """The call let through, or the observation that it is blocked."""
+        permit, moved = acquired
+        self._report(moved)
+        if not permit.allowed:
+            return self._blocked(request, key, permit)
+        return _GuardedCall(self, request, key, permit)
+
+    async def _off_loop(self, fn: Callable[..., _R], *args: Any) -> _R:
+        """``fn(*args)``, in a worker thread when the backend does blocking I/O."""
+        if self.backend.blocking_io:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
     # -- hooks -----------------------------------------------------------------------------
     def wrap_tool_call(
         self,
@@ -239,19 +296,11 @@ class CircuitBreakerMiddleware(AgentMiddleware[Any, Any, Any]):
         if request.tool is None:  # unknown tool: governance answers it, no backend to guard
             return handler(request)
         key = self.key(request.tool_call)
-        permit, moved = self.backend.acquire(key)
-        if moved:
-            self._report(moved)
-        if not permit.allowed:
-            return self._blocked(request, key, permit)
-        watched = _WatchedTool(request.tool)
-        started = time.perf_counter()
-        try:
-            result = handler(request.override(tool=cast(Any, watched)))
-        except BaseException as exc:
-            self._settle(key, permit, self.classify(exc, 0.0, watched))
-            raise
-        self._settle(key, permit, self.classify(result, time.perf_counter() - started, watched))
+        call = self._admit(request, key, self.backend.acquire(key))
+        if isinstance(call, ToolMessage):
+            return call
+        with call:
+            result = call.result = handler(call.request)
         return result
 
     async def awrap_tool_call(
@@ -262,34 +311,11 @@ class CircuitBreakerMiddleware(AgentMiddleware[Any, Any, Any]):
         if request.tool is None:
             return await handler(request)
         key = self.key(request.tool_call)
-        io = self.backend.blocking_io
-        acquired = (
-            await asyncio.to_thread(self.backend.acquire, key) if io else self.backend.acquire(key)
-        )
-        permit, moved = acquired
-        self._report(moved)
-        if not permit.allowed:
-            return self._blocked(request, key, permit)
-
-        async def settle(verdict: bool | None) -> None:
-            if io:
-                await asyncio.to_thread(self._settle, key, permit, verdict)
-            else:
-                self._settle(key, permit, verdict)
-
-        watched = _WatchedTool(request.tool)
-        started = time.perf_counter()
-        try:
-            result = await handler(request.override(tool=cast(Any, watched)))
-        except BaseException as exc:
-            verdict = self.classify(exc, 0.0, watched)
-            if isinstance(exc, asyncio.CancelledError):
-                # the task is being cancelled: give the permit back without awaiting
-                self._release_soon(key, permit)
-            else:
-                await settle(verdict)
-            raise
-        await settle(self.classify(result, time.perf_counter() - started, watched))
+        call = self._admit(request, key, await self._off_loop(self.backend.acquire, key))
+        if isinstance(call, ToolMessage):
+            return call
+        async with call:
+            result = call.result = await handler(call.request)
         return result
 
     def _release_soon(self, key: str, permit: Permit) -> None:

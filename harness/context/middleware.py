@@ -18,13 +18,14 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain.agents.middleware import AgentMiddleware, ModelRequest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
+    AIMessage,
     AnyMessage,
     BaseMessage,
     HumanMessage,
@@ -39,6 +40,15 @@ from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, Field
 
 from evoharness.harness._messages import ToolResult, text_of
+from evoharness.harness._steps import (
+    ModelAsk,
+    ModelCall,
+    ModelCallSteps,
+    adrive,
+    ainvoke_model,
+    drive,
+    invoke_model,
+)
 from evoharness.harness.context.cold import (
     ColdStore,
     FileColdStore,
@@ -209,7 +219,7 @@ def _is_anthropic(model: Any) -> bool:
     )
 
 
-class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
+class ContextMiddleware(ModelCallSteps, AgentMiddleware[ContextState, Any, Any]):
     """Keeps the window small, the prefix stable and the user's constraints visible.
 
     Args:
@@ -416,23 +426,22 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
         previous = (state.get("working_memory") or {}).get("stable_history_summary", "")
         return update, plan, previous
 
-    def before_model(self, state: ContextState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+    def _before(self, state: ContextState) -> Generator[ModelAsk, AIMessage, dict[str, Any] | None]:
+        """The before_model update as steps (the summary's model call is the one step)."""
         update, plan, previous = self._plan(state)
         if plan is not None and self.summarizer is not None:
             cut, tail = plan
-            summary = self.summarizer.summarize(state["messages"][:cut], previous)
+            summary = yield from self.summarizer.steps(state["messages"][:cut], previous)
             update.update(self._rebuild(cast(dict[str, Any], state), summary, cut, tail))
         return update or None
+
+    def before_model(self, state: ContextState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return drive(self._before(state), invoke_model)
 
     async def abefore_model(
         self, state: ContextState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        update, plan, previous = self._plan(state)
-        if plan is not None and self.summarizer is not None:
-            cut, tail = plan
-            summary = await self.summarizer.asummarize(state["messages"][:cut], previous)
-            update.update(self._rebuild(cast(dict[str, Any], state), summary, cut, tail))
-        return update or None
+        return await adrive(self._before(state), ainvoke_model)
 
     # -- the window ------------------------------------------------------------------------
     def window(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
@@ -538,29 +547,15 @@ class ContextMiddleware(AgentMiddleware[ContextState, Any, Any]):
         )
         return built.override(messages=kept)
 
-    def wrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
+    def _model_call(self, request: ModelRequest[Any]) -> ModelCall:
+        """The model call as steps: the windowed request, and on failure one retry. Run by the
+        sync and async wrap hooks of :class:`~evoharness.harness._steps.ModelCallSteps`."""
         built = self.window(request)
         self._measure(built)
         try:
-            return handler(built)
+            return (yield built)
         except Exception as exc:  # a context overflow: compress and retry once
-            return handler(self._overflow_retry(built, exc))
-
-    async def awrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
-        built = self.window(request)
-        self._measure(built)
-        try:
-            return await handler(built)
-        except Exception as exc:
-            return await handler(self._overflow_retry(built, exc))
+            return (yield self._overflow_retry(built, exc))
 
     # -- tool results: L2 compaction, L0 offload -------------------------------------------
     def shrink(self, name: str, result: ToolResult) -> ToolResult:

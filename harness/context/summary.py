@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any, cast
 
 from langchain_core.language_models import BaseChatModel
@@ -11,6 +11,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import BaseModel, Field
 
 from evoharness.harness._messages import text_of
+from evoharness.harness._steps import ModelAsk, adrive, ainvoke_model, drive, invoke_model
 from evoharness.harness.json_text import first_json_object
 
 SUMMARY_PROMPT = """Summarise the earlier part of an agent session for the agent itself.
@@ -182,20 +183,23 @@ class Summarizer:
             text = f"Summary so far:\n{previous}\n\nNew history:\n{text}"
         return [SystemMessage(SUMMARY_PROMPT), HumanMessage(text)]
 
-    def summarize(self, messages: Sequence[BaseMessage], previous: str) -> StructuredSummary | None:
-        """A summary of ``messages`` (folding in ``previous``), or ``None`` on failure."""
+    def steps(
+        self, messages: Sequence[BaseMessage], previous: str
+    ) -> Generator[ModelAsk, AIMessage, StructuredSummary | None]:
+        """:meth:`summarize` as steps: yields the model call, returns the summary (for a
+        caller that runs them sync or async, see ``evoharness.harness._steps``)."""
         try:
-            reply = self.model.invoke(self._prompt(messages, previous))
+            reply = yield self.model, self._prompt(messages, previous)
         except Exception:
             return None
         return self._parse(text_of(reply), previous)
+
+    def summarize(self, messages: Sequence[BaseMessage], previous: str) -> StructuredSummary | None:
+        """A summary of ``messages`` (folding in ``previous``), or ``None`` on failure."""
+        return drive(self.steps(messages, previous), invoke_model)
 
     async def asummarize(
         self, messages: Sequence[BaseMessage], previous: str
     ) -> StructuredSummary | None:
         """Async twin of :meth:`summarize`."""
-        try:
-            reply = await self.model.ainvoke(self._prompt(messages, previous))
-        except Exception:
-            return None
-        return self._parse(text_of(reply), previous)
+        return await adrive(self.steps(messages, previous), ainvoke_model)

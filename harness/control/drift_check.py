@@ -8,7 +8,7 @@ and the graph carries no extra channel (each one costs every step).
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, Literal, TypedDict, cast
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -17,6 +17,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemM
 
 from evoharness.harness._history import history_stats
 from evoharness.harness._messages import last_ai, text_of, with_note
+from evoharness.harness._steps import ModelAsk, adrive, ainvoke_model, drive, invoke_model
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
 from evoharness.harness.text import content_words
@@ -176,31 +177,29 @@ class DriftCheckMiddleware(AgentMiddleware[Any, Any, Any]):
         """No checker: record the suspicion, never act on it."""
         self.events.emit("drift_suspected", self.name, overlap=round(score, 3))
 
+    def _reflect(
+        self, messages: Sequence[AnyMessage]
+    ) -> Generator[ModelAsk, AIMessage, DriftVerdict | None]:
+        """The post_reflect decision as steps: asks the checker when the round is suspicious."""
+        found = self._suspicion(messages)
+        if found is None:
+            return None
+        request, actions, score = found
+        if self.checker is None:
+            self._unchecked(score)
+            return None
+        reply = yield self.checker, self._checker_input(request, actions)
+        return self._verdict(messages, reply, score)
+
     def reflect(self, messages: Sequence[AnyMessage]) -> DriftVerdict | None:
         """The post_reflect decision on a history ending with a fresh reply (sync; asks the
         checker when the round is suspicious); ``None`` when not checked, on track, or
         without a checker's verdict."""
-        found = self._suspicion(messages)
-        if found is None:
-            return None
-        request, actions, score = found
-        if self.checker is None:
-            self._unchecked(score)
-            return None
-        reply = self.checker.invoke(self._checker_input(request, actions))
-        return self._verdict(messages, reply, score)
+        return drive(self._reflect(messages), invoke_model)
 
     async def areflect(self, messages: Sequence[AnyMessage]) -> DriftVerdict | None:
         """Async twin of :meth:`reflect`."""
-        found = self._suspicion(messages)
-        if found is None:
-            return None
-        request, actions, score = found
-        if self.checker is None:
-            self._unchecked(score)
-            return None
-        reply = await self.checker.ainvoke(self._checker_input(request, actions))
-        return self._verdict(messages, reply, score)
+        return await adrive(self._reflect(messages), ainvoke_model)
 
     def _judged(
         self, request: ModelRequest[Any], response: ModelResponse[Any]

@@ -16,11 +16,11 @@ import asyncio
 import concurrent.futures
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NamedTuple, TypeVar, get_args
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import ToolMessage
@@ -28,6 +28,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 
 from evoharness.harness._messages import ToolResult, observation, with_note
+from evoharness.harness._steps import adrive, drive
 from evoharness.harness.errors import ConfigError, HookError
 from evoharness.harness.events import EventLog
 
@@ -131,6 +132,18 @@ class HookRegistry:
     def clear(self) -> None:
         """Remove every hook (for tests and reloads)."""
         self._hooks = {p: [] for p in HOOK_POINTS}
+
+
+class _HookCall(NamedTuple):
+    """One hook to call with its context: what the hook points' steps ask for."""
+
+    hook: Hook
+    ctx: HookContext
+
+
+_T = TypeVar("_T")
+_Steps = Generator[_HookCall, Any, _T]
+"""A hook point's logic: yields the hook calls, receives each hook's output."""
 
 
 default_registry = HookRegistry()
@@ -247,7 +260,8 @@ class HooksMiddleware(AgentMiddleware[Any, Any, Any]):
                 hook=hook.name,
             ) from exc
 
-    def _call(self, hook: Hook, ctx: HookContext) -> Any:
+    def _call(self, ask: _HookCall) -> Any:
+        hook, ctx = ask
         try:
             out = hook.fn(ctx)
             return _run_coro_sync(out) if inspect.isawaitable(out) else out
@@ -255,7 +269,8 @@ class HooksMiddleware(AgentMiddleware[Any, Any, Any]):
             self._failed(hook, exc)
             return None
 
-    async def _acall(self, hook: Hook, ctx: HookContext) -> Any:
+    async def _acall(self, ask: _HookCall) -> Any:
+        hook, ctx = ask
         try:
             if hook.is_async:
                 return await hook.fn(ctx)
@@ -273,28 +288,49 @@ class HooksMiddleware(AgentMiddleware[Any, Any, Any]):
                 merged.update(u)
         return merged or None
 
-    # -- node points -----------------------------------------------------------------------
-    def _node(self, point: str, state: Any, runtime: Any) -> dict[str, Any] | None:
-        ctx = HookContext(point, state, runtime)
-        return self._merge([self._call(h, ctx) for h in self.registry.at(point)])
+    # -- the hook points, each written once as steps (see evoharness.harness._steps) -------
+    def _each(self, point: str, ctx: HookContext) -> _Steps[list[Any]]:
+        """Ask every hook at ``point`` with ``ctx``; their outputs in run order."""
+        outs: list[Any] = []
+        for h in self.registry.at(point):
+            outs.append((yield _HookCall(h, ctx)))
+        return outs
 
-    async def _anode(self, point: str, state: Any, runtime: Any) -> dict[str, Any] | None:
-        ctx = HookContext(point, state, runtime)
-        return self._merge([await self._acall(h, ctx) for h in self.registry.at(point)])
+    def _node_steps(self, point: str, state: Any, runtime: Any) -> _Steps[dict[str, Any] | None]:
+        outs = yield from self._each(point, HookContext(point, state, runtime))
+        return self._merge(outs)
 
-    def end_session(self, state: Any, error: BaseException | None) -> None:
-        """Run on_session_end from the SDK's ``finally`` when LangChain skipped after_agent."""
-        ctx = HookContext("on_session_end", state, error=error)
-        for h in self.registry.at("on_session_end"):
-            self._call(h, ctx)
+    def _end_steps(self, state: Any, error: BaseException | None) -> _Steps[None]:
+        yield from self._each("on_session_end", HookContext("on_session_end", state, error=error))
 
-    async def aend_session(self, state: Any, error: BaseException | None) -> None:
-        """Async twin of :meth:`end_session`."""
-        ctx = HookContext("on_session_end", state, error=error)
-        for h in self.registry.at("on_session_end"):
-            await self._acall(h, ctx)
+    def _think_steps(self, request: ModelRequest[Any]) -> _Steps[ModelRequest[Any]]:
+        ctx = HookContext("pre_think", request.state, request.runtime)
+        outs = yield from self._each("pre_think", ctx)
+        return with_note(request, self._notes(outs))
 
-    # -- pre_think -------------------------------------------------------------------------
+    def _pre_steps(self, request: ToolCallRequest) -> _Steps[ToolCallRequest | ToolMessage]:
+        for h in self.registry.at("pre_tool_call"):
+            ctx = HookContext(
+                "pre_tool_call", request.state, request.runtime, tool_call=dict(request.tool_call)
+            )
+            nxt = self._pre(request, (yield _HookCall(h, ctx)))
+            if isinstance(nxt, ToolMessage):
+                return nxt
+            request = nxt
+        return request
+
+    def _post_steps(self, request: ToolCallRequest, result: ToolResult) -> _Steps[ToolResult]:
+        for h in self.registry.at("post_tool_call"):
+            ctx = HookContext(
+                "post_tool_call",
+                request.state,
+                request.runtime,
+                tool_call=dict(request.tool_call),
+                result=result,
+            )
+            result = self._post(result, (yield _HookCall(h, ctx)))
+        return result
+
     @staticmethod
     def _notes(outs: list[Any]) -> list[str]:
         notes: list[str] = []
@@ -305,25 +341,6 @@ class HooksMiddleware(AgentMiddleware[Any, Any, Any]):
                 notes += [str(x) for x in out if x]
         return notes
 
-    def wrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
-        ctx = HookContext("pre_think", request.state, request.runtime)
-        outs = [self._call(h, ctx) for h in self.registry.at("pre_think")]
-        return handler(with_note(request, self._notes(outs)))
-
-    async def awrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
-        ctx = HookContext("pre_think", request.state, request.runtime)
-        outs = [await self._acall(h, ctx) for h in self.registry.at("pre_think")]
-        return await handler(with_note(request, self._notes(outs)))
-
-    # -- pre/post tool call ----------------------------------------------------------------
     def _pre(self, request: ToolCallRequest, out: Any) -> ToolCallRequest | ToolMessage:
         if isinstance(out, Reject):
             self.events.emit(
@@ -344,53 +361,59 @@ class HooksMiddleware(AgentMiddleware[Any, Any, Any]):
             return result.model_copy(update={"content": out})
         return result
 
+    # -- the hooks: thin shells over the steps ---------------------------------------------
+    def _node(self, point: str, state: Any, runtime: Any) -> dict[str, Any] | None:
+        return drive(self._node_steps(point, state, runtime), self._call)
+
+    async def _anode(self, point: str, state: Any, runtime: Any) -> dict[str, Any] | None:
+        return await adrive(self._node_steps(point, state, runtime), self._acall)
+
+    def end_session(self, state: Any, error: BaseException | None) -> None:
+        """Run on_session_end from the SDK's ``finally`` when LangChain skipped after_agent."""
+        drive(self._end_steps(state, error), self._call)
+
+    async def aend_session(self, state: Any, error: BaseException | None) -> None:
+        """Async twin of :meth:`end_session`."""
+        await adrive(self._end_steps(state, error), self._acall)
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        return handler(drive(self._think_steps(request), self._call))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        return await handler(await adrive(self._think_steps(request), self._acall))
+
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
     ) -> ToolResult:
-        for h in self.registry.at("pre_tool_call"):
-            ctx = HookContext(
-                "pre_tool_call", request.state, request.runtime, tool_call=dict(request.tool_call)
-            )
-            nxt = self._pre(request, self._call(h, ctx))
-            if isinstance(nxt, ToolMessage):
-                return nxt
-            request = nxt
-        result = handler(request)
-        for h in self.registry.at("post_tool_call"):
-            ctx = HookContext(
-                "post_tool_call",
-                request.state,
-                request.runtime,
-                tool_call=dict(request.tool_call),
-                result=result,
-            )
-            result = self._post(result, self._call(h, ctx))
-        return result
+        pre = drive(self._pre_steps(request), self._call)
+        if isinstance(pre, ToolMessage):
+            return pre
+        return drive(self._post_steps(pre, handler(pre)), self._call)
 
     async def awrap_tool_call(
         self,
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
-        for h in self.registry.at("pre_tool_call"):
-            ctx = HookContext(
-                "pre_tool_call", request.state, request.runtime, tool_call=dict(request.tool_call)
-            )
-            nxt = self._pre(request, await self._acall(h, ctx))
-            if isinstance(nxt, ToolMessage):
-                return nxt
-            request = nxt
-        result = await handler(request)
-        for h in self.registry.at("post_tool_call"):
-            ctx = HookContext(
-                "post_tool_call",
-                request.state,
-                request.runtime,
-                tool_call=dict(request.tool_call),
-                result=result,
-            )
-            result = self._post(result, await self._acall(h, ctx))
-        return result
+        pre = await adrive(self._pre_steps(request), self._acall)
+        if isinstance(pre, ToolMessage):
+            return pre
+        return await adrive(self._post_steps(pre, await handler(pre)), self._acall)
+
+
+def _session_ended() -> None:
+    """Mark the current run's session scope ended (on_session_end ran in after_agent)."""
+    scope = _SCOPE.get()
+    if scope is not None:
+        scope.ended = True
 
 
 class _NodeSlots:
@@ -416,15 +439,11 @@ class _NodeSlots:
         return await self._anode("post_reflect", state, runtime)
 
     def after_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        scope = _SCOPE.get()
-        if scope is not None:
-            scope.ended = True
+        _session_ended()
         return self._node("on_session_end", state, runtime)
 
     async def aafter_agent(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        scope = _SCOPE.get()
-        if scope is not None:
-            scope.ended = True
+        _session_ended()
         return await self._anode("on_session_end", state, runtime)
 
 

@@ -404,6 +404,7 @@ class _Rule:
     label: str
     needles: tuple[str, ...]
     folded: bool
+    keyed: Callable[[str, str], str] | None = None  # (label, matched text) -> token
 
     def apply(self, text: str, hay: str) -> str:
         """``text`` with this rule's matches replaced; ``hay`` is what the regex searches
@@ -418,7 +419,7 @@ class _Rule:
                 if start < pos:
                     continue  # overlaps what an earlier match replaced
                 out.append(text[pos:start])
-                out.append(label)
+                out.append(label if self.keyed is None else self.keyed(label, text[start:end]))
                 pos = end
         if not out:
             return text
@@ -457,6 +458,13 @@ class Masker:
             key such ids are masked like any other text.
         hash_ids: Hash every user/session id, not only those that hold PII (needs
             ``id_key``).
+        pii_key: A deployment key for PII tokens: with it each configured PII value becomes
+            ``[<kind>:<8 hex>]`` (HMAC-SHA256 of the normalised value: an email lowercased,
+            a phone or card number as its digits), the same token for the same value and
+            key, so an app's checker can still compare a stored value with a real one
+            (:meth:`matches`) without the value being stored. Secrets are always masked as
+            ``[masked:<kind>]``. Keep the key out of traces and code (an environment
+            variable such as ``EVOHARNESS_PII_KEY``, read by the app at start-up).
 
     Raises:
         ConfigError: An unknown PII kind, an ``extra`` pattern that does not compile, or
@@ -471,6 +479,7 @@ class Masker:
     extra: dict[str, str] = field(default_factory=dict)
     id_key: str | bytes | None = field(default=None, repr=False)
     hash_ids: bool = False
+    pii_key: str | bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.pii = tuple(self.pii)
@@ -482,6 +491,10 @@ class Masker:
         if self.hash_ids and not self.id_key:
             raise ConfigError("hash_ids=True needs an id_key to hash with", field="id_key")
         self._key = self.id_key.encode() if isinstance(self.id_key, str) else self.id_key
+        self._pii_key = (
+            self.pii_key.encode() if isinstance(self.pii_key, str) else self.pii_key
+        ) or None
+        keyed = self._keyed if self._pii_key is not None else None
         kinds = {**SECRET_PATTERNS, **{k: PII_PATTERNS[k] for k in self.pii}}
         rules = [
             _Rule(
@@ -491,6 +504,7 @@ class Masker:
                 f"[masked:{kind}]",
                 _NEEDLES.get(kind, ()),
                 kind in _FOLDED,
+                keyed if kind in PII_PATTERNS else None,
             )
             for kind, patterns in kinds.items()
             if kind != "credit_card"  # found inside digit runs, with North-American phones
@@ -498,7 +512,7 @@ class Masker:
         ]
         if "credit_card" in self.pii or "phone" in self.pii:
             numbers = _numbers("credit_card" in self.pii, "phone" in self.pii)
-            rules.append(_Rule("numbers", _NUMBER, numbers, "", (), False))
+            rules.append(_Rule("numbers", _NUMBER, numbers, "", (), False, keyed))
         for name, rx in self.extra.items():
             try:
                 compiled = re.compile(rx)
@@ -614,10 +628,40 @@ class Masker:
         if kind in self._pii_keys and isinstance(value, str | int):
             text = str(value)
             if kind == "phone" and 7 <= len(_digits(text)) <= 15:
-                return "[masked:phone]"
+                return self.token("phone", text)
             if kind == "email" and "@" in text:
-                return "[masked:email]"
+                return self.token("email", text)
         return self(value)
+
+    def token(self, kind: str, value: str) -> str:
+        """What a PII value of ``kind`` is stored as: ``[<kind>:<8 hex>]`` with a
+        ``pii_key``, else ``[masked:<kind>]``."""
+        if self._pii_key is None:
+            return f"[masked:{kind}]"
+        norm = _digits(value) if kind in ("phone", "credit_card", "us_ssn") else value
+        mac = hmac.new(self._pii_key, f"{kind}|{norm.strip().lower()}".encode(), hashlib.sha256)
+        return f"[{kind}:{mac.hexdigest()[:8]}]"
+
+    def _keyed(self, label: str, found: str) -> str:
+        kind = label[len("[masked:") : -1] if label.startswith("[masked:") else ""
+        return self.token(kind, found) if kind in PII_PATTERNS else label
+
+    def matches(self, real: Any, stored: Any) -> bool:
+        """Whether ``stored`` (a value as a trace holds it) is what ``real`` is stored as:
+        for an app's checker comparing, say, ``args["to"]`` with the order's email.
+
+        With a ``pii_key`` the comparison is exact up to normalisation (case of an email,
+        punctuation of a phone number); without one every email masks to the same
+        ``[masked:email]``, so this only says both are emails — configure a ``pii_key``
+        for checkers that compare PII.
+
+        Example:
+            >>> m = Masker(pii_key="deployment-key")
+            >>> stored = m.text("mail ann@example.com")
+            >>> m.matches("mail Ann@Example.com", stored), m.matches("mail bob@example.com", stored)
+            (True, False)
+        """
+        return bool(self(real) == stored)
 
     def identifier(self, value: object) -> str | None:
         """A user or session id as it may be stored: a string, with PII masked or hashed.

@@ -141,7 +141,14 @@ def default_middleware(
     if c.breaker is not None or breaker_backend is not None:
         stack.append(
             CircuitBreakerMiddleware(
-                config=c.breaker, backend=breaker_backend, key=c.breaker_key, events=log
+                # thresholds set here reach a backend built without its own; the defaults
+                # never overrule a backend's own
+                config=c.breaker
+                if breaker_backend is None or "breaker" in c.model_fields_set
+                else None,
+                backend=breaker_backend,
+                key=c.breaker_key,
+                events=log,
             )
         )
     stack.append(ToolErrorMiddleware(on_error=tool_error_text))

@@ -173,7 +173,9 @@ class CircuitBreakerMiddleware(AgentMiddleware[Any, Any, Any]):
       ``slow_call_threshold_s`` is a failure.
 
     Args:
-        config: Thresholds; ignored when ``backend`` is given.
+        config: Thresholds. With a ``backend`` built without its own, the backend takes
+            these (one source of truth); a backend built with different ones is a
+            ``ConfigError`` naming both.
         backend: Where state lives (default in-process; see ``RedisBreakerBackend``).
         key: Maps a tool call to its breaker key (default: tool name).
         failure_exceptions: Exceptions that count as failures.
@@ -199,7 +201,9 @@ class CircuitBreakerMiddleware(AgentMiddleware[Any, Any, Any]):
         self.backend: BreakerBackend = (
             backend if backend is not None else InMemoryBreakerBackend(config)
         )
-        self.config: BreakerConfig = getattr(self.backend, "config", config or BreakerConfig())
+        if backend is not None and config is not None:
+            backend.adopt(config)
+        self.config: BreakerConfig = self.backend.config
         self.key = key
         self.failure_exceptions = failure_exceptions
         self.ignore_exceptions = ignore_exceptions

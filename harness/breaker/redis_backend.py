@@ -32,6 +32,7 @@ from evoharness.harness.breaker.state import (
     InMemoryBreakerBackend,
     Permit,
     Transition,
+    adopted,
     new_lease,
 )
 from evoharness.harness.events import EventLog
@@ -192,6 +193,8 @@ class RedisBreakerBackend:
     ) -> None:
         redis = require_extra("redis", extra="redis", feature="The Redis circuit-breaker backend")
         self.config = config or BreakerConfig()
+        self._config_given = config is not None
+        self._ttl_floor = int(ttl_s)
         # every Redis failure degrades: connection errors, timeouts and error replies
         # (READONLY, MISCONF, OOM, NOSCRIPT, script errors) alike; ValueError = corrupt state
         self._errors: tuple[type[BaseException], ...] = (
@@ -207,7 +210,7 @@ class RedisBreakerBackend:
         self.prefix = prefix
         self.events = events
         self.retry_interval_s = retry_interval_s
-        self.ttl_s = max(int(ttl_s), int(self.config.open_duration_s * 2) + 60)
+        self.ttl_s = self._ttl_for(self.config)
         self._acquire = self.client.register_script(ACQUIRE)
         self._record = self.client.register_script(RECORD)
         self._force_open = self.client.register_script(FORCE_OPEN)
@@ -221,6 +224,17 @@ class RedisBreakerBackend:
         self._next_try = 0.0
         self._lock = threading.Lock()
         self._resync_thread: threading.Thread | None = None
+
+    def _ttl_for(self, config: BreakerConfig) -> int:
+        # never shorter than twice the open duration: an open circuit is not forgotten
+        return max(self._ttl_floor, int(config.open_duration_s * 2) + 60)
+
+    def adopt(self, config: BreakerConfig) -> None:
+        """Take the harness's thresholds when built without its own (see
+        :meth:`~evoharness.harness.breaker.state.BreakerBackend.adopt`)."""
+        self.config = adopted(self.config, config, given=self._config_given, backend=self)
+        self.ttl_s = self._ttl_for(self.config)
+        self._local.config = self.config  # the local fallback serves the same thresholds
 
     @property
     def degraded(self) -> bool:

@@ -121,11 +121,39 @@ def new_lease() -> str:
     return os.urandom(6).hex()
 
 
+def adopted(
+    own: BreakerConfig, harness: BreakerConfig, *, given: bool, backend: object
+) -> BreakerConfig:
+    """The one set of thresholds a backend serves: the harness's when the backend has none
+    of its own, its own when they agree.
+
+    Raises:
+        ConfigError: The backend was built with thresholds that differ from the harness's.
+    """
+    if not given or own == harness:
+        return harness
+    a, b = own.model_dump(), harness.model_dump()
+    diff = ", ".join(f"{k}: backend {a[k]!r} vs harness {b[k]!r}" for k in a if a[k] != b[k])
+    raise ConfigError(
+        f"{type(backend).__name__} was built with breaker thresholds that differ from the "
+        f"harness's ({diff}): set them in one place — pass config= to the backend and leave "
+        "HarnessConfig.breaker unset, or build the backend without config",
+        field="breaker",
+    )
+
+
 class BreakerBackend(Protocol):
     """Where breaker state lives: in-process or shared (Redis)."""
 
     blocking_io: bool
     """True when calls do network I/O (async callers then use a worker thread)."""
+    config: BreakerConfig
+    """The thresholds in force."""
+
+    def adopt(self, config: BreakerConfig) -> None:
+        """Take the harness's thresholds when this backend was built without its own;
+        refuse (``ConfigError`` naming both) when it was built with different ones."""
+        ...
 
     def acquire(self, key: str) -> tuple[Permit, Sequence[Transition]]:
         """Ask to make a call on ``key``; may move open -> half_open."""
@@ -176,9 +204,14 @@ class InMemoryBreakerBackend:
         self, config: BreakerConfig | None = None, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.config = config or BreakerConfig()
+        self._config_given = config is not None
         self._clock = clock
         self._keys: OrderedDict[str, _KeyState] = OrderedDict()
         self._lock = threading.Lock()
+
+    def adopt(self, config: BreakerConfig) -> None:
+        """See :meth:`BreakerBackend.adopt`."""
+        self.config = adopted(self.config, config, given=self._config_given, backend=self)
 
     def size(self) -> int:
         """How many keys are kept in memory now."""

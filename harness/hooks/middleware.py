@@ -16,8 +16,8 @@ import asyncio
 import concurrent.futures
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Generator, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Generator
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeVar, get_args
@@ -28,6 +28,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 
 from evoharness.harness._messages import ToolResult, observation, with_note
+from evoharness.harness._scoped import scoped
 from evoharness.harness._steps import adrive, drive
 from evoharness.harness.errors import ConfigError, HookError
 from evoharness.harness.events import EventLog
@@ -182,15 +183,9 @@ class SessionScope:
 _SCOPE: ContextVar[SessionScope | None] = ContextVar("evoharness_session_scope", default=None)
 
 
-@contextmanager
-def session_scope() -> Iterator[SessionScope]:
+def session_scope() -> AbstractContextManager[SessionScope]:
     """Open a scope for one run (the SDK's run path does this around ``invoke``)."""
-    scope = SessionScope()
-    token = _SCOPE.set(scope)
-    try:
-        yield scope
-    finally:
-        _SCOPE.reset(token)
+    return scoped(_SCOPE, SessionScope())
 
 
 def _run_coro_sync(coro: Awaitable[Any]) -> Any:

@@ -10,14 +10,15 @@ the tracer would have to sniff.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from langchain.agents.middleware import ModelRequest, ModelResponse
 
+from evoharness.harness._scoped import scoped
 from evoharness.harness.tracing.schema import TraceInfo
 
 
@@ -140,14 +141,9 @@ def leave_context(token: Token[TraceContext | None]) -> None:
     _CURRENT.reset(token)
 
 
-@contextmanager
-def use_context(ctx: TraceContext) -> Iterator[TraceContext]:
+def use_context(ctx: TraceContext) -> AbstractContextManager[TraceContext]:
     """Make ``ctx`` the active context within the block (tools and sub-agents see it)."""
-    token = _CURRENT.set(ctx)
-    try:
-        yield ctx
-    finally:
-        _CURRENT.reset(token)
+    return scoped(_CURRENT, ctx)
 
 
 def record_references(ids: Sequence[str]) -> None:

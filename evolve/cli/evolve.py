@@ -15,6 +15,18 @@ from pydantic import SecretStr
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from evoharness.evolve.cli.options import (
+    JudgeKind,
+    JudgeModelOption,
+    MemoryOption,
+    MetaOption,
+    PluginEnvOption,
+    RejudgeOption,
+    SessionOption,
+    StateOption,
+    TemperatureOption,
+    VotesOption,
+)
 from evoharness.evolve.curation import LLMCurator
 from evoharness.evolve.cycle import run_cycle, summarize
 from evoharness.evolve.environment import (
@@ -35,7 +47,17 @@ from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk import cli as sdk_cli
-from evoharness.sdk.cli.traces import TRACE_DB
+from evoharness.sdk.cli.options import (
+    HOME,
+    REGISTRY,
+    TRACE_DB,
+    ApiKeyEnvOption,
+    BaseUrlOption,
+    ConcurrencyOption,
+    RegistryOption,
+    TagOption,
+    TraceDbOption,
+)
 from evoharness.sdk.environment import plugin_names
 from evoharness.sdk.executors import open_executor
 from evoharness.sdk.memory import MemoryStore
@@ -45,55 +67,6 @@ console = sdk_cli.console
 app = typer.Typer(
     help="Judge traces, route cases, curate memory and guard rules.", no_args_is_help=True
 )
-HOME = Path(".evoharness")
-DbOption = Annotated[Path, typer.Option("--db", help="Local trace store (SQLite).")]
-StateOption = Annotated[Path, typer.Option(help="Evolve state (SQLite).")]
-MemoryOption = Annotated[Path, typer.Option(help="Memory store (SQLite).")]
-RegistryOption = Annotated[
-    str,
-    typer.Option(
-        envvar="EVOHARNESS_REGISTRY",
-        help="Artifact registry (guard rules, memory snapshots): a SQLite path or postgresql://...",
-    ),
-]
-REGISTRY = str(HOME / "registry.db")
-TagOption = Annotated[list[str] | None, typer.Option("--tag", help="Only traces with these tags")]
-
-
-EnvOption = Annotated[
-    str,
-    typer.Option(
-        help="Environment plugin: generic (no checker: evidence only), a registered name "
-        "(evoharness.environments entry points, e.g. shop) or package.module:Object.",
-    ),
-]
-SessionOption = Annotated[str | None, typer.Option("--session", help="Only this session")]
-MetaOption = Annotated[
-    list[str] | None, typer.Option("--meta", help="Only traces whose metadata has KEY=VALUE")
-]
-JudgeKind = Annotated[
-    str,
-    typer.Option(
-        "--judge",
-        help="rule (rules only), llm (rules + a model for what no rule decides; rules win), "
-        "relative (rules + a model ranking runs of the same task against each other)",
-    ),
-]
-ModelOption = Annotated[str | None, typer.Option("--judge-model", help="Judge model name")]
-BaseUrlOption = Annotated[
-    str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint of the judge")
-]
-KeyEnvOption = Annotated[
-    str | None,
-    typer.Option("--api-key-env", help="Environment variable that holds the judge's API key"),
-]
-VotesOption = Annotated[int, typer.Option("--votes", min=1, max=15, help="Replies per judgement")]
-TemperatureOption = Annotated[
-    float, typer.Option("--temperature", min=0.0, max=2.0, help="Judge sampling temperature")
-]
-RejudgeOption = Annotated[
-    bool, typer.Option("--rejudge", help="Judge again even what is judged and unchanged")
-]
 
 
 class JudgeSpec:
@@ -270,20 +243,20 @@ def _say_generic(
 
 @app.command()
 def judge(
-    db: DbOption = TRACE_DB,
+    db: TraceDbOption = TRACE_DB,
     state: StateOption = HOME / "evolve.db",
     tag: TagOption = None,
     session: SessionOption = None,
     meta: MetaOption = None,
-    env: EnvOption = "generic",
+    env: PluginEnvOption = "generic",
     judge_kind: JudgeKind = "rule",
-    judge_model: ModelOption = None,
+    judge_model: JudgeModelOption = None,
     base_url: BaseUrlOption = None,
-    api_key_env: KeyEnvOption = None,
+    api_key_env: ApiKeyEnvOption = None,
     votes: VotesOption = 3,
     temperature: TemperatureOption = 0.0,
     rejudge: RejudgeOption = False,
-    concurrency: Annotated[int, typer.Option(min=1, max=256)] = 8,
+    concurrency: ConcurrencyOption = 8,
     workers: Annotated[int, typer.Option(min=1, max=32, help="Parallel workers")] = 1,
     executor: Annotated[
         str,
@@ -397,7 +370,7 @@ def _judge(
 
 @app.command()
 def route(
-    db: DbOption = TRACE_DB,
+    db: TraceDbOption = TRACE_DB,
     state: StateOption = HOME / "evolve.db",
     tag: TagOption = None,
     session: SessionOption = None,
@@ -507,18 +480,18 @@ def _guard(files: GuardRuleVersions, action: str, target: Path | None) -> None:
 
 @app.command()
 def cycle(
-    db: DbOption = TRACE_DB,
+    db: TraceDbOption = TRACE_DB,
     state: StateOption = HOME / "evolve.db",
     memory_path: MemoryOption = HOME / "memory.db",
     registry: RegistryOption = REGISTRY,
     tag: TagOption = None,
     session: SessionOption = None,
     meta: MetaOption = None,
-    env: EnvOption = "generic",
+    env: PluginEnvOption = "generic",
     judge_kind: JudgeKind = "rule",
-    judge_model: ModelOption = None,
+    judge_model: JudgeModelOption = None,
     base_url: BaseUrlOption = None,
-    api_key_env: KeyEnvOption = None,
+    api_key_env: ApiKeyEnvOption = None,
     votes: VotesOption = 3,
     temperature: TemperatureOption = 0.0,
     rejudge: RejudgeOption = False,
@@ -536,7 +509,7 @@ def cycle(
             help="Read only traces written since the last --since-last cycle of this --env",
         ),
     ] = False,
-    concurrency: Annotated[int, typer.Option(min=1, max=256)] = 8,
+    concurrency: ConcurrencyOption = 8,
 ) -> None:
     """collect -> judge -> route -> curate, in one resumable run."""
     if curator not in ("rule", "llm"):

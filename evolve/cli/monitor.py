@@ -27,10 +27,9 @@ from evoharness.evolve.traces import (
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.cli import console
-from evoharness.sdk.cli.traces import TRACE_DB
+from evoharness.sdk.cli.options import REGISTRY, TRACE_DB, RegistryOption, TagOption, TraceDbOption
 from evoharness.sdk.registry import open_registry
 
-REGISTRY = str(Path(".evoharness") / "registry.db")
 FAIL_LEVELS = ("critical", "warning", "info", "never")
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 
@@ -55,14 +54,8 @@ def show_findings(findings: list[Finding], *, title: str) -> None:
 
 
 def monitor(
-    db: Annotated[Path, typer.Option("--db", help="Local trace store (SQLite).")] = TRACE_DB,
-    registry: Annotated[
-        str,
-        typer.Option(
-            envvar="EVOHARNESS_REGISTRY",
-            help="Artifact registry (prompts, adapters): a SQLite path or postgresql://...",
-        ),
-    ] = REGISTRY,
+    db: TraceDbOption = TRACE_DB,
+    registry: RegistryOption = REGISTRY,
     env: Annotated[
         str | None,
         typer.Option(
@@ -77,9 +70,7 @@ def monitor(
     hours: Annotated[
         float | None, typer.Option(min=0.0, help="Only runs of the last N hours.")
     ] = None,
-    tag: Annotated[
-        list[str] | None, typer.Option("--tag", help="Only runs with these tags")
-    ] = None,
+    tag: TagOption = None,
     reference: Annotated[int, typer.Option(min=2, help="Runs in the reference window.")] = 50,
     batch: Annotated[int, typer.Option(min=1, help="Look after every N runs.")] = 10,
     alpha: Annotated[float, typer.Option(min=1e-6, max=0.5, help="False-alarm rate.")] = 0.05,

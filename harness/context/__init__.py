@@ -1,4 +1,5 @@
-"""Context engineering: layered state, window building, offload, compaction, summaries."""
+"""Context engineering: layered state, window building, offload, compaction, summaries,
+and skills by progressive disclosure."""
 
 from evoharness.harness.context.cold import ColdStore, FileColdStore, read_reference_tool
 from evoharness.harness.context.compaction import ProjectionRule, compact
@@ -10,6 +11,13 @@ from evoharness.harness.context.middleware import (
     render_sections,
 )
 from evoharness.harness.context.reference import ReferenceMiddleware, ReferenceProvider
+from evoharness.harness.context.skills import (
+    LOAD_SKILL,
+    SkillCard,
+    SkillProvider,
+    SkillsMiddleware,
+    WorkflowProgram,
+)
 from evoharness.harness.context.state import ContextState
 from evoharness.harness.context.summary import (
     StructuredSummary,
@@ -21,6 +29,7 @@ from evoharness.harness.context.summary import (
 from evoharness.harness.tokens import TokenCounter
 
 __all__ = [
+    "LOAD_SKILL",
     "ColdStore",
     "ContextConfig",
     "ContextMiddleware",
@@ -29,9 +38,13 @@ __all__ = [
     "ProjectionRule",
     "ReferenceMiddleware",
     "ReferenceProvider",
+    "SkillCard",
+    "SkillProvider",
+    "SkillsMiddleware",
     "StructuredSummary",
     "Summarizer",
     "TokenCounter",
+    "WorkflowProgram",
     "compact",
     "extract_constraints",
     "is_context_overflow",

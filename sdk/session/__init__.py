@@ -4,7 +4,8 @@ One protocol per artifact kind (:class:`ArtifactSource`: resolve a version for t
 serve it as middleware or model); :class:`SessionDoor` runs them at the start of every
 session. Built-in kinds: prompts (:class:`PromptSource`), memory snapshots
 (:class:`MemorySource`), guard rules (:class:`GuardRulesSource`) and adapters
-(:class:`RegistryAdapterSource`, :class:`RouterAdapterSource`).
+(:class:`RegistryAdapterSource`, :class:`RouterAdapterSource`) and skill sets
+(:class:`SkillsSource`).
 """
 
 from evoharness.sdk.session.adapter import (
@@ -30,6 +31,7 @@ from evoharness.sdk.session.door import (
 from evoharness.sdk.session.guard_rules import GuardRulesSource, PinnedGuardRulesMiddleware
 from evoharness.sdk.session.memory import MemorySource, PinnedMemoryMiddleware
 from evoharness.sdk.session.prompt import PROMPT, PinnedPromptMiddleware, PromptSource
+from evoharness.sdk.session.skills import PinnedSkillsMiddleware, SkillsSource
 
 __all__ = [
     "ADAPTER",
@@ -43,6 +45,7 @@ __all__ = [
     "PinnedMemoryMiddleware",
     "PinnedPromptMiddleware",
     "PinnedRequestMiddleware",
+    "PinnedSkillsMiddleware",
     "PromptSource",
     "RegistryAdapterSource",
     "Resolved",
@@ -51,6 +54,7 @@ __all__ = [
     "SessionContext",
     "SessionDoor",
     "SessionPin",
+    "SkillsSource",
     "artifact_key",
     "current_pin",
     "model_with_adapter",

@@ -18,8 +18,13 @@ reference solved is known to be solvable. The model's own results never choose t
    assistant turns) than the longest reference run of the val subset, DPO pairs from
    good/bad runs of the same task at their first divergent assistant turn.
 3. base: the plain model. sft: LoRA SFT. rl: DPO on top of the SFT adapter.
-4. Adapter versions are published to a registry, gated offline (beats the active version on
-   val, no P0 regression) and activated; the serving pool hot-swaps them.
+4. Adapter versions are published to a registry, gated offline (SFT beats the base model,
+   DPO the SFT adapter, on val with no P0 regression) and SFT is activated when it passes; the
+   serving pool hot-swaps them.
+
+Steps 2-4 are the product's weights layer
+(:func:`~evoharness.evolve.weights.pipeline.run_weights_layer`); the bench supplies the traces,
+the task subset, the evaluation on it (the gate's val and guard split) and the table.
 5. Throughput: our training path vs plain TRL (same rows, same config, same step count).
 
 Per task it prints success, the checker's partial score, tool calls that ran without error
@@ -41,18 +46,15 @@ from pydantic import BaseModel
 
 from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, LocalTraceSource
 from evoharness.evolve.weights.config import DPORunConfig, SFTRunConfig
-from evoharness.evolve.weights.datasets import Dataset, Gates, build_dpo, build_sft, tool_schemas
-from evoharness.evolve.weights.training import build_trainer, prepare_rows, train
-from evoharness.evolve.weights.versions import (
-    EvalResult,
-    TaskEval,
-    activate,
-    apply_gate,
-    offline_gate,
-    publish_adapter,
-    served_name,
-    status,
+from evoharness.evolve.weights.datasets import Gates, tool_schemas
+from evoharness.evolve.weights.pipeline import (
+    Candidate,
+    Evaluation,
+    WeightsLayerConfig,
+    run_weights_layer,
 )
+from evoharness.evolve.weights.training import build_trainer, prepare_rows, train
+from evoharness.evolve.weights.versions import EvalResult, TaskEval
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import Environment, TaskSpec, load_environment
 from evoharness.sdk.registry import open_registry
@@ -299,7 +301,13 @@ def run(
     workdir: Path | None = None,
     echo: Echo = print,
 ) -> dict[str, float]:
-    """Run the benchmark and print the comparison; the last line is machine-readable."""
+    """Run the benchmark and print the comparison; the last line is machine-readable.
+
+    The chain dataset -> train -> gate -> publish is the product's
+    (:func:`~evoharness.evolve.weights.pipeline.run_weights_layer`); the bench adds the
+    task subset, the traces it learns from, the evaluation on that subset (which is both
+    the gate's val and guard split), the per-task table and the throughput comparison.
+    """
     quiet_threads(2)
     _quiet_libraries()
     work = Path(workdir) if workdir is not None else default_workdir()
@@ -308,7 +316,6 @@ def run(
     try:
         env = load_environment(env_name, faults="none")
         val, reference = fixed_subset(env, "val", val_tasks)
-        schemas = tool_schemas(env.tools_for(val[0]))
         echo(
             f"weights bench in {work}: {len(val)} val tasks (the simulated reference's "
             f"shortest solved runs: {min(reference.values())}-{max(reference.values())} tool "
@@ -321,161 +328,72 @@ def run(
             simulate_goodcases(env_name, train_tasks, store, echo)
         else:  # a rerun in the same workdir: same traces, same datasets, finished runs reused
             echo("  reusing the traces (and finished training runs) in the work dir")
-        gates = Gates(max_chars=max_chars, max_assistant_turns=max(reference.values()))
-        sft_data: Dataset = build_sft(
-            source, where=where, tools=schemas, gates=gates, val_fraction=0.0
-        )
-        dpo_data: Dataset = build_dpo(
-            source, where=where, tools=schemas, gates=gates, val_fraction=0.0
-        )
-        sft_data.save(work / "data" / "sft")
-        dpo_data.save(work / "data" / "dpo")
-        echo(
-            f"  datasets: sft {len(sft_data.rows('train'))} rows (runs of at most "
-            f"{gates.max_assistant_turns} turns), dpo {len(dpo_data.rows('train'))} pairs "
-            f"(from {len(sft_data.manifest.trace_ids)} + {len(dpo_data.manifest.trace_ids)} "
-            "traces)"
-        )
 
         pool = AdapterPool(SMOLLM2)
         evals: dict[str, list[TaskRow]] = {}
-        started = time.perf_counter()
-        base_results, evals["base"], base_stats = _evaluate(
-            env,
-            val,
-            pool,
-            BASE,
-            max_calls=max_calls,
-            max_new_tokens=max_new_tokens,
-            store=store,
-            echo=echo,
-        )
-        echo(
-            f"  base: {sum(r.success for r in base_results)}/{len(val)} solved, "
-            f"valid tool calls {base_stats.valid}/{base_stats.replies} "
-            f"({time.perf_counter() - started:.0f}s)"
-        )
+        stats: dict[str, _ReplyStats] = {}
+        solved: dict[str, float] = {}
 
-        sft_config = SFTRunConfig(
-            base_model=SMOLLM2,
-            max_steps=sft_steps,
-            learning_rate=learning_rate,
-            max_length=max_length,
-            drop_overlong=True,
-            save_steps=8,
-            bf16=True,
-        )
-        started = time.perf_counter()
-        sft = train(
-            sft_config,
-            sft_data.rows("train"),
-            run_dir=work / "runs" / "sft",
-            dataset_hash=sft_data.manifest.content_hash,
-            progress=lambda s, n, logs: (
-                echo(f"    sft step {s}/{n} loss={logs.get('loss', 0):.3f}") if s % 4 == 0 else None
-            ),
-        )
-        echo(
-            f"  sft: {sft.steps} steps on {sft.rows} rows ({sft.dropped_rows} dropped as longer "
-            f"than {max_length} tokens) in {time.perf_counter() - started:.0f}s, "
-            f"{sft.tokens_per_s:.0f} tokens/s"
-        )
-
-        registry = open_registry(work / "registry.db")
-        v_sft = publish_adapter(
-            registry,
-            POLICY,
-            sft.adapter_dir,
-            base_model=SMOLLM2,
-            dataset_manifest=sft_data.manifest.model_dump(mode="json"),
-            metrics=sft.metrics,
-            fingerprint=sft.fingerprint,
-        )
-        pool.load(served_name(v_sft), sft.adapter_dir)
-        started = time.perf_counter()
-        sft_results, evals["sft"], sft_stats = _evaluate(
-            env,
-            val,
-            pool,
-            served_name(v_sft),
-            max_calls=max_calls,
-            max_new_tokens=max_new_tokens,
-            store=store,
-            echo=echo,
-        )
-        echo(
-            f"  sft ({served_name(v_sft)}): {sum(r.success for r in sft_results)}/{len(val)} "
-            f"solved, valid tool calls {sft_stats.valid}/{sft_stats.replies} "
-            f"({time.perf_counter() - started:.0f}s)"
-        )
-        decision = offline_gate(
-            candidate_val=_eval_result(sft_results),
-            active_val=_eval_result(base_results),
-            candidate_guard=_eval_result(sft_results),
-            active_guard=_eval_result(base_results),
-        )
-        apply_gate(registry, POLICY, v_sft.version, decision)
-        if decision.passed:
-            activate(registry, POLICY, v_sft.version, reason="bench: beats base")
-        echo(f"  gate {served_name(v_sft)}: {decision.reason} -> {status(registry, POLICY, 1)}")
-
-        rl_success = 0.0
-        # DPO pairs whose shared history is short (CPU budget: DPO runs 3 forward passes)
-        dpo_rows = [
-            r
-            for r in dpo_data.rows("train")
-            if sum(len(str(m.get("content", ""))) for m in r["prompt"]) <= max_dpo_prompt_chars
-        ]
-        if dpo_rows:
-            dpo_config = DPORunConfig(
-                base_model=SMOLLM2,
-                init_adapter=sft.adapter_dir,
-                max_steps=dpo_steps,
-                max_length=max_length,
-                save_steps=dpo_steps,
-                bf16=True,
-            )
+        def evaluate(candidate: Candidate) -> Evaluation:
+            """Run the val subset with the candidate, served from the pool (hot-loaded)."""
+            label = {"baseline": "base", "sft": "sft", "dpo": "rl"}[candidate.stage]
+            name, adapter = candidate.served_name, candidate.adapter_dir
+            if name is not None and adapter is not None:
+                pool.load(name, adapter)
             started = time.perf_counter()
-            dpo = train(dpo_config, dpo_rows, run_dir=work / "runs" / "dpo")
-            echo(
-                f"  dpo: {dpo.steps} steps on {len(dpo_rows)} pairs in "
-                f"{time.perf_counter() - started:.0f}s"
-            )
-            v_rl = publish_adapter(
-                registry,
-                POLICY,
-                dpo.adapter_dir,
-                base_model=SMOLLM2,
-                dataset_manifest=dpo_data.manifest.model_dump(mode="json"),
-                metrics=dpo.metrics,
-                fingerprint=dpo.fingerprint,
-                parent=v_sft.version,
-            )
-            pool.load(served_name(v_rl), dpo.adapter_dir)
-            rl_results, evals["rl"], rl_stats = _evaluate(
+            results, evals[label], stats[label] = _evaluate(
                 env,
                 val,
                 pool,
-                served_name(v_rl),
+                name or BASE,
                 max_calls=max_calls,
                 max_new_tokens=max_new_tokens,
                 store=store,
                 echo=echo,
             )
-            rl_success = sum(r.success for r in rl_results) / len(val)
+            ok = sum(r.success for r in results)
+            solved[label] = ok / len(val)
+            calls = f"valid tool calls {stats[label].valid}/{stats[label].replies}"
+            took = f"({time.perf_counter() - started:.0f}s)"
             echo(
-                f"  rl ({served_name(v_rl)}, DPO on SFT): "
-                f"{sum(r.success for r in rl_results)}/{len(val)} solved, valid tool calls "
-                f"{rl_stats.valid}/{rl_stats.replies}"
+                {
+                    "base": f"  base: {ok}/{len(val)} solved, {calls} {took}",
+                    "sft": f"  sft ({name}): {ok}/{len(val)} solved, {calls} {took}",
+                    "rl": f"  rl ({name}, DPO on SFT): {ok}/{len(val)} solved, {calls}",
+                }[label]
             )
-            decision = offline_gate(
-                candidate_val=_eval_result(rl_results),
-                active_val=_eval_result(sft_results),
-                candidate_guard=_eval_result(rl_results),
-                active_guard=_eval_result(sft_results),
+            return Evaluation.of(_eval_result(results))
+
+        model: dict[str, Any] = {"base_model": SMOLLM2, "max_length": max_length, "bf16": True}
+        config = WeightsLayerConfig(
+            policy=POLICY,
+            sft=SFTRunConfig(
+                max_steps=sft_steps,
+                learning_rate=learning_rate,
+                drop_overlong=True,
+                save_steps=8,
+                **model,
+            ),
+            dpo=DPORunConfig(max_steps=dpo_steps, save_steps=dpo_steps, **model),
+            where=where,
+            gates=Gates(max_chars=max_chars, max_assistant_turns=max(reference.values())),
+            # DPO pairs whose shared history is short (CPU budget: DPO runs 3 forward passes)
+            max_dpo_prompt_chars=max_dpo_prompt_chars,
+            baseline="base",  # the bench measures SFT against the plain model, every rerun
+        )
+        registry = open_registry(work / "registry.db")
+        try:
+            report = run_weights_layer(
+                source,
+                config=config,
+                registry=registry,
+                workdir=work,
+                evaluate=evaluate,
+                tools=tool_schemas(env.tools_for(val[0])),
+                log=echo,
             )
-            apply_gate(registry, POLICY, v_rl.version, decision)
-            echo(f"  gate {served_name(v_rl)}: {decision.reason}")
+        finally:
+            registry.close()
         echo(
             "  per task: success, checker score, tools run without error/tool calls, "
             "well-formed replies/replies"
@@ -487,18 +405,20 @@ def run(
             echo(f"  adapter swaps: {len(swaps)}, median {swaps[len(swaps) // 2] * 1000:.1f} ms")
 
         ours_tps, trl_tps = compare_throughput(
-            sft_config, sft_data.rows("train"), work / "throughput", throughput_steps
+            config.sft,
+            report.datasets["sft"].rows("train"),
+            work / "throughput",
+            throughput_steps,
         )
         echo(
             f"  throughput ({throughput_steps} steps each): ours {ours_tps:.0f}, TRL {trl_tps:.0f}"
         )
-        registry.close()
         out = {
-            "base_success": sum(r.success for r in base_results) / len(val),
-            "sft_success": sum(r.success for r in sft_results) / len(val),
-            "rl_success": rl_success,
-            "tool_call_valid_base": base_stats.rate,
-            "tool_call_valid_sft": sft_stats.rate,
+            "base_success": solved["base"],
+            "sft_success": solved["sft"],
+            "rl_success": solved.get("rl", 0.0),
+            "tool_call_valid_base": stats["base"].rate,
+            "tool_call_valid_sft": stats["sft"].rate,
             "sft_tokens_per_s": ours_tps,
             "trl_tokens_per_s": trl_tps,
         }

@@ -4,7 +4,7 @@
 task-split datasets with a manifest (trace-id provenance); :func:`train` runs SFT, DPO or
 GRPO with TRL + PEFT in a resumable run directory; :func:`publish_adapter`,
 :func:`offline_gate`, :func:`apply_gate` and :func:`activate` make a trained adapter an
-immutable, gated registry version; :class:`WeightsPipeline` chains them (dataset -> train
+immutable, gated registry version; :func:`run_weights_layer` chains them (dataset -> train
 -> gate -> publish).
 
 Importing this package needs no training extra: torch, transformers, TRL and PEFT are
@@ -27,6 +27,15 @@ from evoharness.evolve.weights.datasets import (
     build_sft,
     tool_schemas,
 )
+from evoharness.evolve.weights.pipeline import (
+    Candidate,
+    Evaluate,
+    Evaluation,
+    StageReport,
+    WeightsLayerConfig,
+    WeightsLayerReport,
+    run_weights_layer,
+)
 from evoharness.evolve.weights.rows import DPORow, GRPOTask, SFTRow, chat_messages
 from evoharness.evolve.weights.training import TrainingError, TrainProgress, TrainResult, train
 from evoharness.evolve.weights.versions import (
@@ -46,11 +55,14 @@ from evoharness.evolve.weights.versions import (
 
 __all__ = [
     "AdapterStatus",
+    "Candidate",
     "DPORow",
     "DPORunConfig",
     "Dataset",
     "DatasetManifest",
     "EvalResult",
+    "Evaluate",
+    "Evaluation",
     "GRPORunConfig",
     "GRPOTask",
     "GateDecision",
@@ -58,11 +70,14 @@ __all__ = [
     "LoRASpec",
     "SFTRow",
     "SFTRunConfig",
+    "StageReport",
     "TaskEval",
     "TrainConfig",
     "TrainProgress",
     "TrainResult",
     "TrainingError",
+    "WeightsLayerConfig",
+    "WeightsLayerReport",
     "activate",
     "active_version",
     "apply_gate",
@@ -73,6 +88,7 @@ __all__ = [
     "offline_gate",
     "publish_adapter",
     "rollback",
+    "run_weights_layer",
     "served_name",
     "status",
     "tool_schemas",

@@ -1,12 +1,16 @@
-"""A tiny Llama + a tokenizer trained on the spot (skips without the train extra)."""
+"""A tiny Llama + a tokenizer trained on the spot (skips without the train extra), and a
+TraceSource over a fixed list of episodes."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from evoharness.evolve.episodes.traces import Episode, EpisodeFilter
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -27,6 +31,17 @@ TOOLS: list[dict[str, Any]] = [
         },
     }
 ]
+
+
+class Source:
+    """A TraceSource over a fixed list of episodes (the protocol is the only contract)."""
+
+    def __init__(self, episodes: list[Episode]) -> None:
+        self.items = episodes
+
+    def episodes(self, where: EpisodeFilter | None = None) -> Iterator[Episode]:
+        w = where or EpisodeFilter()
+        return (e for e in self.items if w.matches(e))
 
 
 def conversation(a: int, b: int) -> list[dict[str, Any]]:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
+from evoharness.evolve.episodes.traces import Episode, TraceSource
 from evoharness.evolve.judging.judge import Verdict
 from evoharness.evolve.weights.datasets import (
     Dataset,
@@ -23,6 +22,8 @@ from evoharness.evolve.weights.datasets import (
 )
 from evoharness.evolve.weights.rows import chat_messages
 from evoharness.harness import ConfigError
+
+from .conftest import Source
 
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
 
@@ -51,17 +52,6 @@ def _episode(n: int, task: str, *, good: bool, first_tool: str = "search") -> Ep
         tags=["bench"],
         metadata={"task_id": task},
     )
-
-
-class Source:
-    """A TraceSource over a fixed list (the protocol is the only contract)."""
-
-    def __init__(self, episodes: list[Episode]) -> None:
-        self.items = episodes
-
-    def episodes(self, where: EpisodeFilter | None = None) -> Iterator[Episode]:
-        w = where or EpisodeFilter()
-        return (e for e in self.items if w.matches(e))
 
 
 def _source() -> Source:

@@ -24,7 +24,8 @@ def _same(value: Any) -> Hashable:
 
     Strings compare without case and with runs of whitespace collapsed, and a string that
     holds a JSON object or array compares by its parsed content; dicts compare in any key
-    order. Over-merging is harmless: a loop also needs results that stop changing (see
+    order. Over-merging is harmless: calls that are only equivalent (not identical, see
+    :func:`exact_args`) also need results that stop changing to count as a loop (see
     :class:`CallStats`), so two "equal" calls whose results differ never count as one.
     """
     if isinstance(value, str):
@@ -54,6 +55,12 @@ def call_key(call: ToolCall) -> CallKey:
     if isinstance(args, dict):
         return call["name"], frozenset((k, _same(v)) for k, v in args.items())
     return call["name"], _same(args)
+
+
+def exact_args(call: ToolCall) -> int:
+    """A digest of a call's arguments exactly as given (any key order): equal only for
+    the very same arguments, unlike :func:`call_key`."""
+    return hash(json.dumps(call["args"], sort_keys=True, default=repr))
 
 
 def result_digest(message: ToolMessage) -> int:
@@ -86,22 +93,28 @@ class HistoryStats(NamedTuple):
         return HistoryStats(self.model_calls + 1, self.tokens + reply_tokens(message))
 
 
-PendingCall = tuple[str | None, CallKey]
-"""A call of the newest reply: its id (to match its result) and its key."""
+PendingCall = tuple[str | None, CallKey, int]
+"""A call of the newest reply: its id (to match its result), its key and its
+:func:`exact_args`."""
 
 
 class CallStats(NamedTuple):
     """Tool-call statistics of the current turn (what loop detection needs); foldable.
 
-    Per call key it keeps how often the call was made *without new information*: the
-    count restarts at an occurrence whose result differs from the previous result of the
-    same call (a poll whose answer changed is not a loop), and the whole table restarts at
-    a user message (a new turn is new information). Results are applied, in call order,
-    when the next model reply is folded, so a tool message costs one tuple append.
+    Per call key it keeps how often the call was made. The same call with the very same
+    arguments is a repeat whatever it returned (a write that returns a new object each time,
+    sent again and again, is the costliest loop there is), except for a tool declared safe
+    to poll (``polls``): its count, like that of calls whose arguments are only equivalent
+    (another case, a reordered JSON string), restarts at an occurrence whose result differs
+    from the previous one (new information: a poll whose answer changed, a case-sensitive
+    search that found something else). The whole table restarts at a user message (a new
+    turn). Results are applied, in call order, when the next model reply is folded, so a
+    tool message costs one tuple append.
     """
 
-    counts: dict[CallKey, tuple[int, int | None]]
-    """Per call key: (occurrences since its result last changed, digest of its last result)."""
+    counts: dict[CallKey, tuple[int, int | None, int | None]]
+    """Per call key: (occurrences counted, digest of its last result, exact arguments of
+    the occurrence that returned it)."""
     last_name: str | None = None
     """The newest tool called."""
     streak: int = 0
@@ -119,15 +132,16 @@ class CallStats(NamedTuple):
     @property
     def last_keys(self) -> tuple[CallKey, ...]:
         """Keys of the newest reply's tool calls."""
-        return tuple(key for _, key in self.pending)
+        return tuple(key for _, key, _ in self.pending)
 
     def times(self, key: CallKey) -> int:
         """How often ``key`` was called without new information (0 if never)."""
         entry = self.counts.get(key)
         return entry[0] if entry is not None else 0
 
-    def add(self, message: object) -> CallStats:
-        """The stats after ``message`` (a new value; ``self`` is unchanged)."""
+    def add(self, message: object, polls: frozenset[str] = frozenset()) -> CallStats:
+        """The stats after ``message`` (a new value; ``self`` is unchanged); ``polls``:
+        the tools whose repeated calls count only while their results stay the same."""
         if isinstance(message, ToolMessage):
             if not self.pending:
                 return self
@@ -143,32 +157,37 @@ class CallStats(NamedTuple):
             return self._replace(pending=()) if self.pending else self
         counts = self.counts.copy()
         if self.results:
-            _apply_results(counts, self.pending, dict(self.results))
+            _apply_results(counts, self.pending, dict(self.results), polls)
         last, streak = self.last_name, self.streak
-        pending = tuple((c["id"], call_key(c)) for c in calls)
-        for _, key in pending:
-            n, digest = counts.get(key, (0, None))
-            counts[key] = (n + 1, digest)
+        pending = tuple((c["id"], call_key(c), exact_args(c)) for c in calls)
+        for _, key, _ in pending:
+            n, digest, exact = counts.get(key, (0, None, None))
+            counts[key] = (n + 1, digest, exact)
             streak = streak + 1 if key[0] == last else 1
             last = key[0]
         return CallStats(counts, last, streak, pending)
 
 
 def _apply_results(
-    counts: dict[CallKey, tuple[int, int | None]],
+    counts: dict[CallKey, tuple[int, int | None, int | None]],
     pending: tuple[PendingCall, ...],
     results: dict[str, int],
+    polls: frozenset[str],
 ) -> None:
     """Fold the newest reply's results into ``counts`` (in place; a fresh copy)."""
-    for i, (call_id, key) in enumerate(pending):
+    for i, (call_id, key, exact) in enumerate(pending):
         digest = results.get(call_id) if call_id is not None else None
         if digest is None:
             continue
-        n, previous = counts[key]
-        if previous is not None and previous != digest:
-            # new information: count this occurrence and the same reply's later ones
-            n = sum(1 for _, k in pending[i:] if k == key)
-        counts[key] = (n, digest)
+        n, previous, previous_exact = counts[key]
+        # a changed result is new information for a poll, or for arguments that are only
+        # equivalent to the ones that gave the previous result; never for the very same
+        # arguments of any other tool
+        renewable = key[0] in polls or exact != previous_exact
+        if renewable and previous is not None and previous != digest:
+            # count this occurrence and the same reply's later ones
+            n = sum(1 for _, k, _ in pending[i:] if k == key)
+        counts[key] = (n, digest, exact)
 
 
 _EMPTY = CallStats({})

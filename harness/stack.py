@@ -41,6 +41,8 @@ class HarnessConfig(BaseModel):
     """Consecutive calls of one tool, any arguments, that make a loop (off: batches are
     legitimate work)."""
     loop_escalate_after: int = 2
+    loop_poll_tools: frozenset[str] = frozenset()
+    """Tools safe to poll: their repeated calls are a loop only while results stay the same."""
     budget_tokens: int | None = None
     drift_every: int | None = 3
     """Rounds between drift checks; the check runs only with a ``drift_checker`` model (a
@@ -115,6 +117,7 @@ def default_middleware(
             same_call=c.loop_same_call,
             same_tool=c.loop_same_tool,
             escalate_after=c.loop_escalate_after,
+            poll_tools=c.loop_poll_tools,
             events=log,
         ),
     ]

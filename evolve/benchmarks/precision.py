@@ -65,7 +65,11 @@ TOOL_ARGS: dict[str, tuple[str, ...]] = {
     "write_file": ("path", "content"),
     "query": ("filter",),
     "finish": ("answer",),
+    "send_email": ("to", "body"),
+    "set_toggle": ("setting", "on"),
 }
+POLL_TOOLS = frozenset({"status"})
+"""Tools the benchmark's harness declares safe to poll (``HarnessConfig.loop_poll_tools``)."""
 
 
 def _tools(respond: Responder) -> list[BaseTool]:
@@ -224,6 +228,13 @@ def faulty_runs() -> list[Scenario]:
         for i in range(16)
     ]
     runaway = [call("status", i, job="j-9") for i in range(12)]
+    # runaways of external benchmarks (AgentDojo, tau2): the reference calls, then the last
+    # write repeated with the same arguments; every write returns a new object
+    emails = [call("send_email", i, to="team@example.com", body="hi") for i in range(12)]
+    toggles = [call("set_toggle", i, setting="wifi", on=i % 2 == 0) for i in range(16)]
+
+    def new_object(name: str, args: dict[str, Any], n: int) -> str:
+        return f'{{"{name}": "ok", "id": "obj-{n}"}}'
 
     def stuck(name: str, args: dict[str, Any], n: int) -> str:
         return "queued" if n == 0 else "running"
@@ -250,6 +261,20 @@ def faulty_runs() -> list[Scenario]:
         Scenario("A-B cycle with the same arguments", False, cycle, expect=stopped),
         Scenario(
             "a poll whose answer stopped changing", False, runaway, respond=stuck, expect=stopped
+        ),
+        Scenario(
+            "the same write repeated, a new object each time",
+            False,
+            emails,
+            respond=new_object,
+            expect=stopped,
+        ),
+        Scenario(
+            "a toggle flipped on and off, a new state each time",
+            False,
+            toggles,
+            respond=new_object,
+            expect=stopped,
         ),
         Scenario(
             "malformed tool calls, never fixed",
@@ -343,7 +368,7 @@ def measure(config: HarnessConfig) -> tuple[int, int, list[Outcome]]:
 
 def run(*, echo: Callable[[str], None] = print) -> tuple[int, int]:
     """Run the benchmark, print the report, and return (false interventions, missed)."""
-    config = HarnessConfig(breaker=None)
+    config = HarnessConfig(breaker=None, loop_poll_tools=POLL_TOOLS)
     false, missed, outcomes = measure(config)
     base_false, base_missed, base_outcomes = measure(
         config.model_copy(update={"loop_same_tool": 6})

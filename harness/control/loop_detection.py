@@ -1,27 +1,37 @@
 """Loop detection (post_reflect) with a next-round hint (pre_think) and escalation.
 
-A loop is the same call repeating without new information: the same tool with the same
-or equivalent arguments (see :func:`~evoharness.harness._history.call_key`) whose results
-stopped changing. One tool used many times on different inputs (a batch of deletes, a
-crawl) is not a loop, and neither is a poll whose answer keeps changing. A-B-A-B cycles
-are caught too: each of their calls repeats with the same arguments and the same result.
+A loop is the same call repeating: the same tool with the very same arguments, whatever it
+returns — a write that answers with a new object every time (an email sent, an event
+created, a toggle flipped) repeated a hundred times is the costliest loop there is. A tool
+declared safe to poll (``poll_tools``), and calls whose arguments are only equivalent (see
+:func:`~evoharness.harness._history.call_key`: another case, extra whitespace, reordered
+JSON), loop only while their results stop changing: a poll whose answer keeps changing, or
+a case-sensitive search that finds something else, is not a loop. One tool used many times
+on different inputs (a batch of deletes, a crawl) is never a loop. A-B-A-B cycles are
+caught too: each of their calls repeats with the same arguments.
 
 The detector keeps no state of its own: whether the newest reply closed a loop, and how
 many warnings were given, are read off the message history (an incremental fold), so a
-resumed checkpoint continues exactly where the run stopped and the graph carries no
-extra state channel (each one costs every step; see ``evoharness bench overhead``).
+resumed checkpoint continues exactly where the run stopped and the graph carries no extra
+state channel (each one costs every step; see ``evoharness bench overhead``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 
 from evoharness.harness._fold import MessageFold
-from evoharness.harness._history import CallKey, CallStats, call_key, result_digest
+from evoharness.harness._history import (
+    CallKey,
+    CallStats,
+    call_key,
+    exact_args,
+    result_digest,
+)
 from evoharness.harness._messages import current_turn, with_note
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
@@ -29,11 +39,15 @@ from evoharness.harness.events import EventLog
 
 def repeated(name: str, times: int) -> str:
     """How a loop of ``times`` identical calls of ``name`` is described."""
-    return f"called {name} with the same arguments {times} times without new results"
+    return f"called {name} with the same arguments {times} times"
 
 
 def detect_loop(
-    messages: Sequence[AnyMessage], *, same_call: int, same_tool: int | None = None
+    messages: Sequence[AnyMessage],
+    *,
+    same_call: int,
+    same_tool: int | None = None,
+    poll_tools: frozenset[str] = frozenset(),
 ) -> str | None:
     """Describe the loop the newest tool calls close, or ``None`` (the reference rule).
 
@@ -50,24 +64,28 @@ def detect_loop(
     if newest is None or not newest.tool_calls:
         return None
     results = {m.tool_call_id: result_digest(m) for m in turn if isinstance(m, ToolMessage)}
-    occurrences: dict[CallKey, list[int | None]] = {}  # per key: result digests, in call order
+    # per key: (result digest, exact arguments) of each occurrence, in call order
+    occurrences: dict[CallKey, list[tuple[int | None, int]]] = {}
     names: list[str] = []
     for m in turn:
         if isinstance(m, AIMessage):
             for c in m.tool_calls:
                 digest = results.get(c["id"]) if c["id"] is not None else None
-                occurrences.setdefault(call_key(c), []).append(digest)
+                occurrences.setdefault(call_key(c), []).append((digest, exact_args(c)))
                 names.append(c["name"])
     for c in newest.tool_calls:
         seen = occurrences[call_key(c)]
-        # the occurrences since the last one whose result differed from the one before it
+        # the occurrences since the last one that brought new information: a result that
+        # differs from the one before it, for a poll or for arguments that are only
+        # equivalent to those that gave that result
         first, previous = 0, None
-        for i, digest in enumerate(seen):
+        for i, (digest, exact) in enumerate(seen):
             if digest is None:
                 continue
-            if previous is not None and digest != previous:
+            changed = previous is not None and digest != previous[0]
+            if changed and (c["name"] in poll_tools or exact != previous[1]):
                 first = i
-            previous = digest
+            previous = (digest, exact)
         if len(seen) - first >= same_call:
             return repeated(c["name"], len(seen) - first)
     if same_tool is not None:
@@ -118,6 +136,8 @@ class LoopDetectionMiddleware(AgentMiddleware[Any, Any, Any]):
             legitimate work, and a runaway over distinct inputs is bounded by the token
             budget and the step limit instead.
         escalate_after: Hints before the run is ended.
+        poll_tools: Tools that are safe to poll (a status check, a queue read): their
+            repeated calls count only while the result stays the same.
         events: Receives ``loop_hint`` and ``loop_stopped``.
     """
 
@@ -127,6 +147,7 @@ class LoopDetectionMiddleware(AgentMiddleware[Any, Any, Any]):
         same_call: int = 3,
         same_tool: int | None = None,
         escalate_after: int = 2,
+        poll_tools: Iterable[str] = (),
         events: EventLog | None = None,
     ) -> None:
         super().__init__()
@@ -140,12 +161,13 @@ class LoopDetectionMiddleware(AgentMiddleware[Any, Any, Any]):
         self.same_call = same_call
         self.same_tool = same_tool
         self.escalate_after = escalate_after
+        self.poll_tools = frozenset(poll_tools)
         self.events = events or EventLog()
         self._track = MessageFold(self._step, LoopTrack.empty)
 
     def _step(self, track: LoopTrack, message: object) -> LoopTrack:
         if isinstance(message, AIMessage):
-            calls = track.calls.add(message)
+            calls = track.calls.add(message, self.poll_tools)
             found = self._found(calls, message)
             return LoopTrack(calls, track.detections + (found is not None), found)
         if isinstance(message, ToolMessage):

@@ -10,14 +10,24 @@ from evoharness.harness import HarnessConfig
 
 @pytest.mark.parametrize("scenario", precision.correct_runs(), ids=lambda s: s.name)
 def test_correct_runs_get_no_intervention(scenario: precision.Scenario) -> None:
-    outcome = precision.run_one(scenario, "invoke", HarnessConfig(breaker=None))
+    config = HarnessConfig(breaker=None, loop_poll_tools=precision.POLL_TOOLS)
+    outcome = precision.run_one(scenario, "invoke", config)
     assert outcome.interventions == 0, outcome.events
 
 
 @pytest.mark.parametrize("scenario", precision.faulty_runs(), ids=lambda s: s.name)
 def test_faulty_runs_are_handled(scenario: precision.Scenario) -> None:
-    outcome = precision.run_one(scenario, "ainvoke", HarnessConfig(breaker=None))
+    config = HarnessConfig(breaker=None, loop_poll_tools=precision.POLL_TOOLS)
+    outcome = precision.run_one(scenario, "ainvoke", config)
     assert outcome.handled, outcome.events
+
+
+def test_an_undeclared_poll_counts_as_a_loop() -> None:
+    """Without declaring ``status`` safe to poll, a changing poll of 5 calls gets hints:
+    the rule that stops side-effect runaways is on by default."""
+    (poll,) = [s for s in precision.correct_runs() if s.name.startswith("poll")]
+    outcome = precision.run_one(poll, "invoke", HarnessConfig(breaker=None))
+    assert outcome.events.get("loop_hint", 0) > 0
 
 
 def test_the_streak_baseline_interrupts_a_correct_batch() -> None:

@@ -85,9 +85,7 @@ def test_same_call_repeated_with_equivalent_arguments_is_a_loop() -> None:
         if i < 2:
             assert detect_loop(msgs, same_call=3) is None
         msgs.append(ToolMessage("no results", tool_call_id=f"s{i}-0"))
-    assert detect_loop(msgs[:-1], same_call=3) == (
-        "called search with the same arguments 3 times without new results"
-    )
+    assert detect_loop(msgs[:-1], same_call=3) == ("called search with the same arguments 3 times")
 
 
 def test_a_poll_is_a_loop_only_once_its_answer_stops_changing() -> None:
@@ -96,7 +94,7 @@ def test_a_poll_is_a_loop_only_once_its_answer_stops_changing() -> None:
     verdicts = []
     for i, answer in enumerate(answers):
         msgs.append(calls(("status", {"job": "j1"}), prefix=f"p{i}-"))
-        verdicts.append(detect_loop(msgs, same_call=3))
+        verdicts.append(detect_loop(msgs, same_call=3, poll_tools=frozenset({"status"})))
         msgs.append(ToolMessage(answer, tool_call_id=f"p{i}-0"))
     # calls 1-4 each follow a changed answer; "done" twice more, then the 6th call loops
     assert verdicts[:5] == [None] * 5
@@ -171,7 +169,7 @@ def test_true_loop_is_hinted_then_stopped(run: Any) -> None:
     assert isinstance(final, AIMessage) and not final.tool_calls
     assert final.content.startswith("Stopping: the agent called search with the same arguments")
     hints = [c[-1] for c in model.calls if isinstance(c[-1], SystemMessage)]
-    assert len(hints) == 2 and "without new results" in str(hints[0].content)
+    assert len(hints) == 2 and "with the same arguments" in str(hints[0].content)
 
 
 def test_a_b_cycle_is_stopped_through_the_agent(run: Any) -> None:
@@ -201,3 +199,50 @@ def test_reflect_called_directly_hints_then_stops() -> None:
     stop = history[-2]
     assert isinstance(stop, AIMessage) and not stop.tool_calls
     assert str(stop.content).startswith("Stopping: the agent called search")
+
+
+def test_a_write_repeated_with_the_same_arguments_is_a_loop_whatever_it_returns() -> None:
+    """A runaway that sends the same email again and again gets a new message id each time:
+    its results change, and it is still a loop (only declared polls may repeat)."""
+    msgs: list[Any] = [HumanMessage("email the team")]
+    verdicts = []
+    for i in range(4):
+        msgs.append(calls(("send_email", {"to": "team", "body": "hi"}), prefix=f"e{i}-"))
+        verdicts.append(detect_loop(msgs, same_call=3))
+        msgs.append(ToolMessage(f'{{"id": "msg-{i}"}}', tool_call_id=f"e{i}-0"))
+    assert verdicts[:2] == [None, None]
+    assert verdicts[2] == "called send_email with the same arguments 3 times"
+    # declared safe to poll, the same calls with changing answers are fine
+    polled = [
+        detect_loop(msgs[: 2 * i + 2], same_call=3, poll_tools=frozenset({"send_email"}))
+        for i in range(4)
+    ]
+    assert polled == [None] * 4
+
+
+def test_the_middleware_stops_a_side_effect_runaway_and_lets_a_batch_through() -> None:
+    sent: list[int] = []
+
+    @tool
+    def send_email(to: str, body: str) -> str:
+        """Send an email."""
+        sent.append(len(sent))
+        return f'{{"id": "msg-{len(sent)}"}}'
+
+    def runaway(i: int) -> AIMessage:
+        return calls(("send_email", {"to": "team", "body": "hi"}), prefix=f"r{i}-")
+
+    def batch(i: int) -> AIMessage:
+        return calls(("send_email", {"to": f"user{i}", "body": "hi"}), prefix=f"b{i}-")
+
+    for make, expect_stop in ((runaway, True), (batch, False)):
+        sent.clear()
+        events = EventLog()
+        model = ScriptedChatModel(script=[make(i) for i in range(20)] + ["done"])
+        agent = create_agent(
+            model, [send_email], middleware=[LoopDetectionMiddleware(same_call=3, events=events)]
+        )
+        agent.invoke({"messages": [HumanMessage("email")]})
+        stopped = [e for e in events.events if e.kind == "loop_stopped"]
+        assert bool(stopped) is expect_stop
+        assert len(sent) == (4 if expect_stop else 20)  # hints at the 3rd and 4th; the 5th ends it

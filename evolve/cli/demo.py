@@ -16,8 +16,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from evoharness.evolve.demo import DemoResult, Phase
-from evoharness.evolve.prompting.demo import PromptDemoResult, run_prompt_demo
+from evoharness.evolve.demo.cycle import DemoResult, Phase
+from evoharness.evolve.demo.prompts import PromptDemoResult, run_prompt_demo
 from evoharness.evolve.report import write_report
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.cli import console

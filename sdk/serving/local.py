@@ -325,6 +325,58 @@ class AdapterPool:
         text = self.tokenizer.decode(completion_ids, skip_special_tokens=True)
         return text, prompt_ids, completion_ids
 
+    def generate_batch(
+        self,
+        chats: Sequence[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]],
+        *,
+        version: str = BASE,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+    ) -> list[tuple[str, list[int], list[int]]]:
+        """Complete several chats ``(messages, tools)`` in one batch (left-padded), each as
+        :meth:`generate` would: ``(text, prompt_token_ids, completion_token_ids)``.
+
+        A batch of 4 short BFCL prompts took 58 s against 175 s one by one on 2 busy
+        cores: decoding a 0.5B model reads every weight once per step, whatever the batch.
+        Batched greedy completions can differ from unbatched ones in the last bits of the
+        logits (padding changes the kernels' shapes); the prefix cache is not used.
+        """
+        import torch
+
+        if not chats:
+            return []
+        prompts: list[list[int]] = [
+            self.encode(messages, tools=tools)["input_ids"][0].tolist() for messages, tools in chats
+        ]
+        pad = self.tokenizer.pad_token_id
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        sample: dict[str, Any] = {"do_sample": False}
+        if temperature > 0:
+            sample = {"do_sample": True, "temperature": temperature}
+        eos = self.tokenizer.eos_token_id
+        configured = getattr(self.model.generation_config, "eos_token_id", None)
+        stops = {configured} if isinstance(configured, int) else set(configured or [])
+        stops.add(eos)  # a row ends at its first stop token; later ones are padding
+        with self._lock, self._select(version), torch.inference_mode():
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=pad,
+                eos_token_id=eos,
+                **sample,
+            )
+        results: list[tuple[str, list[int], list[int]]] = []
+        for prompt, row in zip(prompts, out.tolist(), strict=True):
+            completion = row[width:]
+            end = next((i + 1 for i, t in enumerate(completion) if t in stops), len(completion))
+            completion = completion[:end]
+            text = self.tokenizer.decode(completion, skip_special_tokens=True)
+            results.append((text, prompt, completion))
+        return results
+
     def _take_prefix(self, version: str, prompt_ids: list[int]) -> Any:
         """The kept cache sharing the longest prefix with ``prompt_ids``, cropped to it
         (``None``: prefill everything). At least the last prompt token is recomputed."""

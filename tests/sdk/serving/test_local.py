@@ -217,3 +217,26 @@ def test_prefix_cache_gives_the_same_completion_with_fewer_prefilled_tokens(
     assert replies[0] == replies[1]  # caching changes cost, never the tokens
     assert cached.prefill_tokens < plain.prefill_tokens
     assert plain.prefill_tokens == sum(len(p) for _, p, _ in replies[1])
+
+
+def test_a_batch_completes_each_chat_as_one_by_one(served: tuple[str, str, str]) -> None:
+    from evoharness.sdk.serving.local import AdapterPool
+
+    pool = AdapterPool(served[0], dtype="float32", threads=1, prefix_cache=0)
+    pool.load("p-v1", served[1])
+    chats: list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]] = [
+        ([{"role": "user", "content": "hi"}], None),
+        (
+            [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "a longer one"},
+            ],
+            None,
+        ),
+        ([{"role": "user", "content": "hello hello hello"}], None),
+    ]
+    for version in (BASE, "p-v1"):
+        batched = pool.generate_batch(chats, version=version, max_new_tokens=6)
+        single = [pool.generate(m, tools=t, version=version, max_new_tokens=6) for m, t in chats]
+        assert batched == single
+    assert pool.generate_batch([], version=BASE) == []

@@ -190,31 +190,37 @@ class RegistryPromptStore:
     ) -> PromptVersion:
         """Publish ``template`` as the next version of ``name``.
 
+        The parent is read and the semver derived in the same registry transaction as the
+        publish: two processes creating versions at once get distinct versions and semvers.
+
         Raises:
             ConfigError: A protected section of the parent changed without
                 ``allow_protected_changes``, or ``semver`` is malformed.
         """
-        existing = self.registry.versions(KIND, name)
-        previous: PromptVersion | None = None
-        if parent is not None:
-            previous = self.get(name, parent)
-        elif existing:
-            previous = self._version(existing[-1])
-        check_protected(name, previous, template, allow_protected_changes)
-        meta = {
-            "semver": next_semver(previous, template, semver),
-            "changelog": changelog,
-            "status": "draft",
-        }
-        published = self.registry.publish(
-            KIND,
-            name,
-            template.content(),
-            metadata=meta,
-            author=author,
-            parent=previous.version if previous is not None else None,
-        )
-        return self._version(published)
+        with self.registry.transaction(KIND, name):
+            previous: PromptVersion | None = None
+            if parent is not None:
+                previous = self.get(name, parent)
+            else:
+                try:
+                    previous = self._version(self.registry.get(KIND, name))  # the latest
+                except ArtifactNotFound:
+                    previous = None
+            check_protected(name, previous, template, allow_protected_changes)
+            meta = {
+                "semver": next_semver(previous, template, semver),
+                "changelog": changelog,
+                "status": "draft",
+            }
+            published = self.registry.publish(
+                KIND,
+                name,
+                template.content(),
+                metadata=meta,
+                author=author,
+                parent=previous.version if previous is not None else None,
+            )
+            return self._version(published)
 
     def get(
         self, name: str, version: int | None = None, *, label: str | None = None

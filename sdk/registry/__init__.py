@@ -28,6 +28,7 @@ from evoharness.sdk.registry.base import (
     Registry,
     RegistryError,
     RegistryEvent,
+    RegistryFileError,
     canonical_json,
     content_hash,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "Registry",
     "RegistryError",
     "RegistryEvent",
+    "RegistryFileError",
     "SQLiteRegistry",
     "activations",
     "active_guard_rules",
@@ -76,6 +78,8 @@ def open_registry(url: str | Path) -> Registry:
 
     Raises:
         ConfigError: An unknown URL scheme.
+        RegistryFileError: The SQLite file is not a registry database, is damaged (cut
+            short, overwritten) or cannot be opened (a :class:`ConfigError`).
         MissingExtraError: A PostgreSQL URL without psycopg installed.
         RegistryError: The PostgreSQL server cannot be reached.
     """

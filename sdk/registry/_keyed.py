@@ -32,6 +32,7 @@ from evoharness.sdk.registry.base import (
     RegistryError,
     RegistryEvent,
     canonical_json,
+    stored_json,
 )
 
 KEYED = "$keyed"
@@ -119,14 +120,15 @@ class KeyedVersions:
 
         Raises:
             ArtifactNotFound: ``base`` does not exist.
+            ConfigError: An item or the metadata is not JSON (a NaN or an infinity in it).
             RegistryError: ``base`` is a whole-content version.
         """
+        key = f"{kind}/{name}"
         incoming = {
-            i: (None if item is None else canonical_json(item), item)
+            i: (None if item is None else stored_json(item, what=f"{key}: item {i!r}"), item)
             for i, item in sorted(changes.items())
         }
-        meta = canonical_json(metadata or {})
-        key = f"{kind}/{name}"
+        meta = stored_json(metadata or {}, what=f"{key}: the metadata")
         for _ in range(5):
             try:
                 with self._tx(key):

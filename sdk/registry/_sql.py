@@ -1,8 +1,9 @@
 """The registry logic, written once over a SQL connection (SQLite and PostgreSQL share it).
 
 A backend supplies one connection, an exclusive write transaction per artifact
-(:meth:`SQLRegistry._tx`), statement execution with ``?`` placeholders and its DDL; everything
-else (numbering, dedupe, labels and their history, the audit log, diffs) lives here.
+(:meth:`SQLRegistry._tx`, which nests: inside an open one it is a savepoint), statement
+execution with ``?`` placeholders and its DDL; everything else (numbering, dedupe, labels and
+their history, the audit log, diffs) lives here.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import difflib
 import json
 import threading
 import time
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Any, ClassVar
 
@@ -24,8 +25,8 @@ from evoharness.sdk.registry.base import (
     EventAction,
     RegistryError,
     RegistryEvent,
-    canonical_json,
     content_hash,
+    stored_json,
 )
 
 Row = tuple[Any, ...]
@@ -56,7 +57,8 @@ class SQLRegistry(KeyedVersions):
     One connection per registry object, shared by threads under a lock. Writes to one
     ``(kind, name)`` are serialised across processes by the backend's transaction
     (:meth:`_tx`); the primary key ``(kind, name, version)`` is the last line of defence,
-    and a publish that loses a race on it retries with the next number.
+    and a publish that loses a race on it retries with the next number. A read-decide-write
+    made of several calls runs under :meth:`transaction`.
     """
 
     #: DDL per schema version: ``MIGRATIONS[i]`` brings the schema from version ``i`` to ``i+1``.
@@ -66,10 +68,12 @@ class SQLRegistry(KeyedVersions):
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
+        self._depth = 0  # open transactions of the thread holding ``_lock`` (savepoints > 1)
 
     # -- backend hooks ---------------------------------------------------------------------
     def _tx(self, key: str) -> AbstractContextManager[None]:
-        """A write transaction, exclusive for ``key`` across processes."""
+        """A write transaction, exclusive for ``key`` across processes; inside an open one, a
+        savepoint of it (an error undoes only the inner part)."""
         raise NotImplementedError
 
     def _exec(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
@@ -190,6 +194,31 @@ class SQLRegistry(KeyedVersions):
         return f"{kind}/{name}"
 
     # -- the protocol ----------------------------------------------------------------------
+    @contextmanager
+    def transaction(self, kind: str, name: str) -> Iterator[None]:
+        """Run several registry calls as one atomic read-decide-write on ``kind/name``.
+
+        Every call made through this registry inside the block is part of one transaction
+        that holds ``kind/name``'s write lock across processes (SQLite: the database write
+        lock, ``BEGIN IMMEDIATE``; PostgreSQL: a transaction-scoped advisory lock on the
+        artifact): another process's write to it waits, and what the block read is still
+        true when it writes. An exception rolls everything back. Blocks nest; keep them
+        short (other writers wait), and take locks in one order (the rollout's before the
+        prompt's) when a block writes several artifacts.
+
+        Example:
+            >>> from evoharness.sdk.registry import open_registry
+            >>> reg = open_registry("sqlite://")
+            >>> with reg.transaction("prompt", "shop"):
+            ...     n = len(reg.versions("prompt", "shop"))
+            ...     v = reg.publish("prompt", "shop", {"text": "hi"}, metadata={"n": n + 1})
+            >>> v.metadata
+            {'n': 1}
+        """
+        _check_key(kind, name)
+        with self._tx(self._key(kind, name)):
+            yield
+
     def publish(
         self,
         kind: str,
@@ -204,21 +233,16 @@ class SQLRegistry(KeyedVersions):
 
         Publishing content identical to the latest version's returns that version unchanged
         (no new number, no event). ``content`` and ``metadata`` must be JSON (convert pydantic
-        models with ``model_dump(mode="json")``).
+        models with ``model_dump(mode="json")``); NaN and infinities are refused.
 
         Raises:
-            ConfigError: Empty kind/name, or content/metadata that is not JSON.
+            ConfigError: Empty kind/name, or content/metadata that is not JSON (a NaN or an
+                infinity among it).
             ArtifactNotFound: ``parent`` is not a version of this artifact.
         """
         _check_key(kind, name)
-        try:
-            body, meta = canonical_json(content), canonical_json(metadata or {})
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(
-                f"{kind}/{name}: content and metadata must be JSON ({exc}); convert models "
-                'with model_dump(mode="json")',
-                field="content",
-            ) from exc
+        body = stored_json(content, what=f"{kind}/{name}: the content")
+        meta = stored_json(metadata or {}, what=f"{kind}/{name}: the metadata")
         digest = content_hash(content)
         for _ in range(PUBLISH_ATTEMPTS):
             try:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from evoharness.harness.errors import RunError
+from evoharness.harness.errors import ConfigError, RunError
 
 FULL_EVERY = 16
 """A keyed artifact stores a full copy at least every this many versions (deltas between)."""
@@ -34,6 +36,48 @@ def canonical_json(content: Any) -> str:
     return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def _non_finite(value: Any, at: str) -> tuple[str, float] | None:
+    """Where in ``value`` the first NaN or infinity is (a JSON path), and the number."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return at, value
+    if isinstance(value, Mapping):
+        items: Any = ((f"{at}.{k}", v) for k, v in value.items())
+    elif isinstance(value, list | tuple):
+        items = ((f"{at}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for path, item in items:
+        found = _non_finite(item, path)
+        if found is not None:
+            return found
+    return None
+
+
+def stored_json(value: Any, *, what: str) -> str:
+    """The canonical JSON the registry stores for ``value`` (content, metadata, an item).
+
+    Raises:
+        ConfigError: ``value`` is not JSON: a NaN or an infinity (JSON has neither; they are
+            refused rather than stored, since content is immutable and hashed), or an object
+            JSON cannot hold.
+    """
+    found = _non_finite(value, "$")
+    if found is not None:
+        path, number = found
+        raise ConfigError(
+            f"{what} holds {number!r} at {path}, and JSON has no NaN or Infinity: store null, "
+            "a finite number or a string there (the registry keeps only JSON)",
+            field="content",
+        )
+    try:
+        return canonical_json(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f'{what} must be JSON ({exc}); convert models with model_dump(mode="json")',
+            field="content",
+        ) from exc
+
+
 def content_hash(content: Any) -> str:
     """SHA-256 of the canonical JSON of ``content`` (sorted keys, no spaces)."""
     return "sha256:" + hashlib.sha256(canonical_json(content).encode()).hexdigest()
@@ -41,6 +85,24 @@ def content_hash(content: Any) -> str:
 
 class RegistryError(RunError):
     """A registry operation failed at run time (a backend error, a lost race)."""
+
+
+class RegistryFileError(ConfigError):
+    """The registry path holds no usable registry: not a SQLite database, a damaged one (cut
+    short, overwritten), or a path that cannot be opened (a folder, no permission).
+
+    A :class:`~evoharness.harness.errors.ConfigError`: the caller must point at the right
+    file or restore this one (the CLI prints it as one line).
+
+    Attributes:
+        path: The file.
+        problem: What is wrong with it, in a few words.
+    """
+
+    def __init__(self, message: str, *, path: str, problem: str) -> None:
+        super().__init__(message, field="registry")
+        self.path = path
+        self.problem = problem
 
 
 class ArtifactNotFound(RegistryError, KeyError):
@@ -136,6 +198,11 @@ class Registry(Protocol):
     ) -> ArtifactVersion:
         """Store a new immutable version (the next number). Publishing content identical to the
         latest version's returns that version unchanged (no new number, no event)."""
+        ...
+
+    def transaction(self, kind: str, name: str) -> AbstractContextManager[None]:
+        """A block in which every call is one atomic transaction holding ``kind/name``'s write
+        lock across processes (for a read-decide-write made of several calls; nests)."""
         ...
 
     def get(

@@ -110,8 +110,10 @@ class PostgresRegistry(SQLRegistry):
     def _tx(self, key: str) -> Iterator[None]:
         with self._lock:
             try:
+                # nested inside an open transaction, psycopg makes this a savepoint
                 with self._connection().transaction():
-                    # serialises writers of one artifact across connections; freed at commit
+                    # serialises writers of one artifact across connections; freed at the
+                    # end of the outermost transaction (a session may take it again)
                     self._exec("SELECT pg_advisory_xact_lock(?)", (_lock_id(key),))
                     yield
             except self.integrity_errors:

@@ -144,6 +144,44 @@ def test_content_must_be_json_and_parent_must_exist(reg: Registry) -> None:
     assert reg.versions("prompt", "p") == []
 
 
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
+def test_nan_and_infinity_are_refused_not_stored(reg: Registry, number: float) -> None:
+    with pytest.raises(ConfigError, match=r"prompt/p: the content holds .* at \$\.scores\[1\]"):
+        reg.publish("prompt", "p", {"scores": [0.5, number]})
+    with pytest.raises(ConfigError, match=r"the metadata holds .* at \$\.metrics\.p") as info:
+        reg.publish("prompt", "p", {"a": 1}, metadata={"metrics": {"p": number}})
+    assert "JSON has no NaN or Infinity" in str(info.value) and info.value.field == "content"
+    with pytest.raises(ConfigError, match=r"memory/m: item 'e1' holds .* at \$\.w"):
+        reg.publish_changes("memory", "m", {"e1": {"w": number}}, base=None)
+    with pytest.raises(ConfigError, match=r"memory/m: the metadata holds"):
+        reg.publish_changes("memory", "m", {"e1": {"w": 1}}, base=None, metadata={"x": number})
+    assert reg.versions("prompt", "p") == [] and reg.versions("memory", "m") == []
+    assert reg.events() == []
+    assert reg.publish("prompt", "p", {"scores": [0.5, None, 1e308]}).version == 1
+
+
+def test_a_transaction_commits_or_undoes_every_call_in_it(reg: Registry) -> None:
+    def change_then_fail() -> None:
+        with reg.transaction("prompt", "p"):
+            v = reg.publish("prompt", "p", {"a": 1})
+            reg.promote("prompt", "p", v.version)
+            reg.publish("memory", "m", {"b": 2})  # another artifact, same transaction
+            raise RuntimeError("changed my mind")
+
+    with pytest.raises(RuntimeError, match="changed my mind"):
+        change_then_fail()
+    assert reg.versions("prompt", "p") == [] and reg.versions("memory", "m") == []
+    assert reg.labels("prompt", "p") == {} and reg.events() == []
+    with reg.transaction("prompt", "p"):
+        v = reg.publish("prompt", "p", {"a": 1})
+        with pytest.raises(ArtifactNotFound):  # a failed call inside undoes only itself
+            reg.rollback("prompt", "p")
+        with reg.transaction("prompt", "p"):  # blocks nest
+            reg.promote("prompt", "p", v.version)
+    assert reg.labels("prompt", "p") == {"active": 1}
+    assert [e.action for e in reg.events("prompt", "p")] == ["publish", "promote"]
+
+
 # -- labels, promote, rollback ----------------------------------------------------------------
 def test_promote_rollback_walks_back_through_history(reg: Registry) -> None:
     for text in ("one", "two", "three"):

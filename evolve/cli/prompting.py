@@ -38,8 +38,10 @@ from evoharness.sdk.cli.options import (
     TaskLimitOption,
     TraceDbOption,
 )
+from evoharness.sdk.cli.prompts import MinDwellOption, StagesOption, ToleranceOption
 from evoharness.sdk.prompts import RegistryPromptStore
 from evoharness.sdk.registry import open_registry
+from evoharness.sdk.rollout import parse_stages, parse_tolerances
 
 console = sdk_cli.console
 app = typer.Typer(
@@ -53,6 +55,15 @@ Memory = Annotated[Path | None, typer.Option(help="Memory store injected into ev
 ValSplit = Annotated[str, typer.Option(help="Frozen validation split")]
 GuardSplit = Annotated[str, typer.Option(help="Guard split (no P0 regression allowed)")]
 Seed = Annotated[int, typer.Option(help="Environment seed (the same faults for both arms)")]
+
+
+def _rollout(stages: str, min_dwell_s: float, tolerance: list[str] | None) -> dict[str, Any]:
+    """The rollout settings of PromptLayerConfig, checked before any work is done."""
+    return {
+        "stages": tuple(parse_stages(stages)),
+        "min_dwell_s": min_dwell_s,
+        "tolerances": parse_tolerances(tolerance or []),
+    }
 
 
 def _options(seed: int) -> dict[str, Any]:
@@ -135,9 +146,13 @@ def propose(
     evaluate: Annotated[
         bool, typer.Option(help="Also evaluate and hand off (--no-evaluate: draft only)")
     ] = True,
+    stages: StagesOption = "0.1,0.3,1.0",
+    min_dwell_s: MinDwellOption = 3600.0,
+    tolerance: ToleranceOption = None,
 ) -> None:
     """Cluster the bad cases, propose a prompt edit, gate it, and (by default) evaluate it
-    paired and hand an accepted one to the rollout."""
+    paired and hand an accepted one to the rollout (--stages, --min-dwell-s, --tolerance)."""
+    rollout = _rollout(stages, min_dwell_s, tolerance)
     reflect, chat = _reflection(reflector, model, base_url, api_key_env)
     name = prompt or env
     reg = open_registry(registry)
@@ -161,7 +176,7 @@ def propose(
             env_options=_options(seed),
             trace_db=db,
             memory_db=memory,
-            config=PromptLayerConfig(search=search, search_budget=budget),
+            config=PromptLayerConfig(search=search, search_budget=budget, **rollout),
             evaluate=evaluate,
         )
         _print(report)
@@ -186,9 +201,13 @@ def evaluate(
     alpha: Annotated[float, typer.Option(min=0.0001, max=0.5)] = 0.05,
     seed: Seed = 0,
     handoff: Annotated[bool, typer.Option(help="Start the rollout when accepted")] = True,
+    stages: StagesOption = "0.1,0.3,1.0",
+    min_dwell_s: MinDwellOption = 3600.0,
+    tolerance: ToleranceOption = None,
 ) -> None:
     """Paired evaluation of CANDIDATE against the active version (resumable: rerun after
     a crash and only the missing runs run); accepted -> rollout stage one."""
+    rollout = _rollout(stages, min_dwell_s, tolerance)
     name = prompt or env
     reg = open_registry(registry)
     try:
@@ -219,7 +238,8 @@ def evaluate(
             evaluation=paired,
         )
         if paired.accepted and handoff:
-            exp_id = hand_off(reg, name, paired, PromptLayerConfig(), "evoharness prompt-evolve")
+            cfg = PromptLayerConfig(**rollout)
+            exp_id = hand_off(reg, name, paired, cfg, "evoharness prompt-evolve")
             p = p.model_copy(update={"experiment_id": exp_id})
         record_proposal(reg, name, p, counted=False, actor="evoharness prompt-evolve")
         _proposal(p)

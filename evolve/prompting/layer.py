@@ -63,6 +63,9 @@ class PromptLayerConfig(BaseModel):
         alpha: Significance level of the paired test.
         stages: Rollout stages of an accepted candidate.
         min_dwell_s: Rollout dwell per stage.
+        tolerances: Rollout tolerances per metric, overriding the decision engine's
+            (``{"tokens": 0.25}``: a winner may cost 25% more tokens; see
+            :meth:`~evoharness.sdk.rollout.RolloutController.start`).
         rollout_salt: Bucketing salt of the rollout (default: the experiment id; fix it
             for a reproducible simulated rollout).
         seed: GEPA's seed.
@@ -80,6 +83,7 @@ class PromptLayerConfig(BaseModel):
     alpha: float = Field(0.05, gt=0, lt=1)
     stages: tuple[float, ...] = tuple(DEFAULT_STAGES)
     min_dwell_s: float = Field(3600.0, ge=0)
+    tolerances: dict[str, float] = Field(default_factory=dict)
     rollout_salt: str | None = None
     seed: int = 0
 
@@ -152,6 +156,7 @@ def hand_off(
         paired.candidate,
         stages=cfg.stages,
         min_dwell_s=cfg.min_dwell_s,
+        tolerances=cfg.tolerances,
         salt=cfg.rollout_salt,
         actor=actor,
         reason=f"prompt layer: {paired.reason}",

@@ -36,16 +36,34 @@ from evoharness.sdk.prompts import (
 )
 from evoharness.sdk.prompts.store import KIND
 from evoharness.sdk.registry import ArtifactNotFound, Registry, RegistryError, open_registry
-from evoharness.sdk.rollout import RolloutController
+from evoharness.sdk.rollout import RolloutController, parse_stages, parse_tolerances
 from evoharness.sdk.rollout.traces import outcomes_from_store
 
-__all__ = ["app"]
+__all__ = ["MinDwellOption", "StagesOption", "ToleranceOption", "app"]
 
 app = typer.Typer(
     help="Prompt versions and their A/B rollouts (staged, sticky, audited).",
     no_args_is_help=True,
 )
 USER = os.environ.get("USER", "evoharness")  # who creates versions and starts rollouts
+
+# The settings of a rollout, for every command that starts one (here and prompt-evolve).
+StagesOption = Annotated[
+    str, typer.Option(help="Traffic per stage, ending at 1.0 (0.1,0.3,1.0 or 10%,30%,100%).")
+]
+MinDwellOption = Annotated[
+    float,
+    typer.Option("--min-dwell-s", "--dwell", min=0, help="Minimum seconds in each stage."),
+]
+ToleranceOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tolerance",
+        metavar="METRIC=VALUE",
+        help="Allowed worsening, repeatable: tokens=10% lets a winner cost 10% more tokens "
+        "(tokens, latency_s: relative to the control; rates: absolute).",
+    ),
+]
 
 
 def _open(registry: str, langfuse: bool) -> tuple[Registry, PromptStore]:
@@ -182,30 +200,35 @@ def create(
 def rollout(
     name: str,
     version: int,
-    stages: Annotated[str, typer.Option(help="Traffic per stage, ending at 1.0.")] = "0.1,0.3,1.0",
-    dwell: Annotated[float, typer.Option(help="Minimum seconds per stage.")] = 3600.0,
+    stages: StagesOption = "0.1,0.3,1.0",
+    min_dwell_s: MinDwellOption = 3600.0,
+    tolerance: ToleranceOption = None,
     reason: ReasonOption = "",
     actor: ActorOption = USER,
     registry: RegistryOption = REGISTRY,
     langfuse: PromptsInLangfuseOption = False,
 ) -> None:
     """Start a staged rollout of VERSION against the active version."""
+    traffic, tolerances = parse_stages(stages), parse_tolerances(tolerance or [])
     reg, store = _open(registry, langfuse)
     try:
-        traffic = [float(s) for s in stages.split(",") if s.strip()]
-    except ValueError as exc:
-        raise ConfigError(f"--stages: {stages!r} is not a list of numbers", field="stages") from exc
-    try:
         exp = RolloutController(reg, store).start(
-            name, version, stages=traffic, min_dwell_s=dwell, actor=actor, reason=reason
+            name,
+            version,
+            stages=traffic,
+            min_dwell_s=min_dwell_s,
+            tolerances=tolerances,
+            actor=actor,
+            reason=reason,
         )
     except (ArtifactNotFound, RegistryError) as exc:
         raise _fail(exc) from exc
-    except ValueError as exc:  # pydantic validation of the stages
-        raise ConfigError(str(exc), field="stages") from exc
+    tol = ", ".join(f"{k} {v:g}" for k, v in exp.tolerances.items()) or "the engine's"
     console.print(
         f"started {exp.id}: v{version} vs control v{exp.control.version}, "
-        f"stages {', '.join(f'{s:.0%}' for s in exp.stages)}, dwell {dwell:g} s"
+        f"stages {', '.join(f'{s:.0%}' for s in exp.stages)}, dwell {min_dwell_s:g} s, "
+        f"tolerances {tol}",
+        markup=False,
     )
 
 
@@ -236,7 +259,10 @@ def status(
     arms = ", ".join(f"{a.name}=v{a.version}" for a in [exp.control, *exp.candidates])
     console.print(
         f"{exp.id}: {exp.status}, stage {exp.stage + 1}/{len(exp.stages)} "
-        f"({exp.traffic:.0%} exposed), arms {arms}\nlast: {exp.reason}"
+        f"({exp.traffic:.0%} exposed), arms {arms}, dwell {exp.min_dwell_s:g} s"
+        + (f", tolerances {exp.tolerances}" if exp.tolerances else "")
+        + f"\nlast: {exp.reason}",
+        markup=False,
     )
     for d in ctl.decisions(exp.id)[-5:]:
         console.print(f"  {d.action:<8} {d.reason}", markup=False)

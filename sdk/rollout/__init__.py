@@ -31,6 +31,7 @@ from evoharness.sdk.rollout.experiment import (
     Experiment,
     ExperimentStore,
 )
+from evoharness.sdk.rollout.settings import parse_stages, parse_tolerances
 from evoharness.sdk.rollout.simulate import (
     SimulationReport,
     bernoulli_sessions,
@@ -62,6 +63,8 @@ __all__ = [
     "fixed_horizon_n",
     "outcome_of_trace",
     "outcomes_from_store",
+    "parse_stages",
+    "parse_tolerances",
     "pick",
     "simulate_rollout",
 ]

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evoharness.harness.errors import ConfigError
 from evoharness.sdk.rollout.experiment import Experiment
 from evoharness.sdk.rollout.stats import Interval, SequentialComparison
 
@@ -111,6 +112,16 @@ class Metric:
     def better(self, iv: Interval) -> bool:
         """Significantly better than the control."""
         return iv.low > 0 if self.higher_is_better else iv.high < 0
+
+    def tolerance_text(self, control_mean: float) -> str:
+        """The tolerance as a reason states it: ``+10% of control = 110`` or ``0.02``."""
+        if self.relative:
+            return f"{self.tolerance:+.0%} of control = {self.margin(control_mean):.4g}"
+        return f"{self.tolerance:.4g}"
+
+    def describe(self, iv: Interval) -> str:
+        """``tokens +412.000 [301.000, 523.000]``: the metric named with its own interval."""
+        return f"{self.name} {iv.describe()}"
 
 
 DEFAULT_METRICS: tuple[Metric, ...] = (
@@ -221,18 +232,46 @@ class DecisionEngine:
     ) -> None:
         primaries = [m for m in metrics if m.role == "primary"]
         if len(primaries) != 1:
-            from evoharness.harness.errors import ConfigError
-
             raise ConfigError(
                 f"exactly one primary metric is needed, got {[m.name for m in primaries]}",
                 field="metrics",
             )
         self.metrics = list(metrics)
         self.primary = primaries[0]
+        self.tolerances = {m.name: m.tolerance for m in self.metrics}
+        """Metric name -> the engine's own tolerance (an experiment may override them)."""
         self.alpha = alpha
         self.guard_alpha = guard_alpha
         self.min_samples = min_samples
         self.max_samples = max_samples
+
+    def check_tolerances(self, tolerances: Mapping[str, float]) -> dict[str, float]:
+        """``tolerances`` as an experiment stores them, checked against this engine's metrics.
+
+        Raises:
+            ConfigError: A name that is not one of the engine's metrics, or a value that is
+                negative or not finite.
+        """
+        unknown = sorted(set(tolerances) - set(self.tolerances))
+        if unknown:
+            raise ConfigError(
+                f"no metric {', '.join(map(repr, unknown))} to set a tolerance for: the "
+                f"engine compares {', '.join(self.tolerances)} (e.g. tokens=0.10 allows +10%)",
+                field="tolerances",
+            )
+        out = {k: float(v) for k, v in tolerances.items()}
+        bad = {k: v for k, v in out.items() if not 0 <= v < float("inf")}
+        if bad:
+            raise ConfigError(
+                f"tolerances must be finite and at least 0, got {bad}", field="tolerances"
+            )
+        return out
+
+    def metrics_for(self, experiment: Experiment) -> list[Metric]:
+        """The engine's metrics with ``experiment``'s tolerances applied (names it does not
+        know are ignored: another engine started the experiment)."""
+        t = experiment.tolerances
+        return [replace(m, tolerance=t[m.name]) if m.name in t else m for m in self.metrics]
 
     def monitor(self, experiment: Experiment) -> Monitor:
         """A fresh incremental monitor for ``experiment``."""
@@ -252,14 +291,20 @@ class DecisionEngine:
         return self.decide(mon, now=now)
 
     def decide(self, monitor: Monitor, *, now: float | None = None) -> Decision:
-        """Apply the rules (module docstring) to the monitor's current intervals."""
+        """Apply the rules (module docstring) to the monitor's current intervals.
+
+        Every reason names each metric it cites with that metric's own interval, and an
+        interval without enough data behind it as ``not enough data (n=...)``.
+        """
         exp = monitor.experiment
         now = time.time() if now is None else now
         n = monitor.n
+        metrics = self.metrics_for(exp)
+        p = next(m for m in metrics if m.role == "primary")
         ivs = {
             (c.name, m.name): monitor.interval(c.name, m.name)
             for c in exp.candidates
-            for m in self.metrics
+            for m in metrics
         }
         shown = {f"{c}.{m}": iv.describe() for (c, m), iv in ivs.items()}
 
@@ -278,21 +323,23 @@ class DecisionEngine:
                 at=now,
             )
 
+        counts = ", ".join(f"{a} {k}" for a, k in n.items())
         short = [a for a, k in n.items() if k < self.min_samples]
         if short:
-            return out("hold", f"collecting: fewer than {self.min_samples} sessions in {short}")
+            return out(
+                "hold", f"collecting: fewer than {self.min_samples} sessions in {short} ({counts})"
+            )
         for c in exp.candidates:
-            for m in self.metrics:
+            for m in metrics:
                 iv = ivs[(c.name, m.name)]
                 if m.role == "guard" and m.worse(iv):
                     return out(
                         "rollback",
                         f"guard breach on {m.name}: {c.name} {iv.mean_candidate:.3f} vs control "
                         f"{iv.mean_control:.3f}, difference {iv.describe()} above tolerance "
-                        f"{m.margin(iv.mean_control):g}",
+                        f"{m.tolerance_text(iv.mean_control)}",
                         c.name,
                     )
-        p = self.primary
         worse = [c.name for c in exp.candidates if p.worse(ivs[(c.name, p.name)])]
         if len(worse) == len(exp.candidates):
             iv = ivs[(worse[0], p.name)]
@@ -313,7 +360,7 @@ class DecisionEngine:
             return out(
                 "promote",
                 f"stage {exp.traffic:.0%} -> {nxt:.0%}: dwell passed, no guard breach, "
-                f"{p.name} not worse ({', '.join(f'{k}={v}' for k, v in n.items())})",
+                f"{p.name} not worse ({counts})",
                 to=exp.stage + 1,
             )
         best: tuple[float, str] | None = None
@@ -323,12 +370,13 @@ class DecisionEngine:
             if not p.better(iv):
                 continue
             bad = [
-                m.name
-                for m in self.metrics
+                f"{m.name} worse: {ivs[(c.name, m.name)].describe()} beyond tolerance "
+                f"{m.tolerance_text(ivs[(c.name, m.name)].mean_control)}"
+                for m in metrics
                 if m.role == "secondary" and m.worse(ivs[(c.name, m.name)])
             ]
             if bad:
-                blocked.append(f"{c.name} ({', '.join(bad)} worse)")
+                blocked.append(f"{c.name} ({'; '.join(bad)}; better on {p.describe(iv)})")
                 continue
             low = iv.low if p.higher_is_better else -iv.high
             if best is None or low > best[0]:
@@ -349,6 +397,9 @@ class DecisionEngine:
                 f"no significant win on {p.name} after {min(n.values())} sessions per arm "
                 "(futility)" + (f"; blocked: {'; '.join(blocked)}" if blocked else ""),
             )
-        why = f"blocked: {'; '.join(blocked)}" if blocked else f"{p.name} undecided"
-        first = exp.candidates[0].name
-        return out("hold", f"{why}: {first} {ivs[(first, p.name)].describe()}")
+        if blocked:
+            return out("hold", f"blocked: {'; '.join(blocked)}")
+        undecided = ", ".join(
+            f"{c.name} {ivs[(c.name, p.name)].describe()}" for c in exp.candidates
+        )
+        return out("hold", f"{p.name} undecided: {undecided}")

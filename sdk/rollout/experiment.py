@@ -24,6 +24,22 @@ DEFAULT_STAGES = (0.1, 0.3, 1.0)
 ExperimentStatus = Literal["running", "promoted", "rolled_back", "stopped"]
 
 
+def check_stages(stages: list[float]) -> list[float]:
+    """``stages`` if they make a rollout: at least one partial stage, strictly increasing
+    within (0, 1], ending at 1.0 (full traffic).
+
+    Raises:
+        ValueError: They do not (the message says how).
+    """
+    if len(stages) < 2 or stages[-1] != 1.0:
+        raise ValueError(
+            f"stages must be at least one partial stage and end at 1.0 (full traffic), got {stages}"
+        )
+    if any(not 0 < s <= 1 for s in stages) or stages != sorted(set(stages)):
+        raise ValueError(f"stages must increase strictly within (0, 1], got {stages}")
+    return stages
+
+
 class Arm(BaseModel):
     """One arm: a name, the prompt version it serves, and its weight among candidates."""
 
@@ -47,6 +63,9 @@ class Experiment(BaseModel):
         stage: Index of the current stage.
         stage_started_at: When the current stage began (the dwell clock).
         min_dwell_s: The least time spent in a stage before moving on.
+        tolerances: Metric name -> allowed worsening, overriding the decision engine's
+            :attr:`~evoharness.sdk.rollout.Metric.tolerance` for this experiment (in the
+            metric's own terms: ``tokens`` 0.10 is +10% of the control mean).
         status: ``running`` until promoted, rolled back or stopped.
         winner: The arm promoted, when status is ``promoted``.
         reason: Why the last state change happened.
@@ -64,7 +83,8 @@ class Experiment(BaseModel):
     started_at: float = Field(default_factory=time.time)
     stage_started_at: float = Field(default_factory=time.time)
     ended_at: float | None = None
-    min_dwell_s: float = Field(default=3600.0, ge=0)
+    min_dwell_s: float = Field(default=3600.0, ge=0, allow_inf_nan=False)
+    tolerances: dict[str, float] = Field(default_factory=dict)
     status: ExperimentStatus = "running"
     winner: str | None = None
     reason: str = ""
@@ -72,14 +92,15 @@ class Experiment(BaseModel):
     @field_validator("stages")
     @classmethod
     def _stages(cls, stages: list[float]) -> list[float]:
-        if len(stages) < 2 or stages[-1] != 1.0:
-            raise ValueError(
-                f"stages must be at least one partial stage and end at 1.0 (full traffic), "
-                f"got {stages}"
-            )
-        if any(not 0 < s <= 1 for s in stages) or stages != sorted(set(stages)):
-            raise ValueError(f"stages must increase strictly within (0, 1], got {stages}")
-        return stages
+        return check_stages(stages)
+
+    @field_validator("tolerances")
+    @classmethod
+    def _tolerances(cls, tolerances: dict[str, float]) -> dict[str, float]:
+        bad = {k: v for k, v in tolerances.items() if not 0 <= v < float("inf")}
+        if bad:
+            raise ValueError(f"tolerances must be finite and at least 0, got {bad}")
+        return tolerances
 
     @model_validator(mode="after")
     def _arms(self) -> Experiment:

@@ -40,6 +40,8 @@ class Interval:
         n_candidate: Samples in the candidate arm.
         mean_control: Control mean.
         mean_candidate: Candidate mean.
+        constant: Every session of both arms had the same value (no interval can be drawn
+            from data without variation, however much there is).
     """
 
     estimate: float
@@ -49,19 +51,31 @@ class Interval:
     n_candidate: int
     mean_control: float
     mean_candidate: float
+    constant: bool = False
 
     @property
     def significant(self) -> bool:
         """The interval excludes zero."""
         return self.low > 0 or self.high < 0
 
+    @property
+    def bounded(self) -> bool:
+        """Both bounds are finite (there was enough data for an interval)."""
+        return math.isfinite(self.low) and math.isfinite(self.high)
+
     def describe(self, digits: int = 3) -> str:
-        """``+0.081 [0.012, 0.150]`` (or ``[-inf, inf]`` while undecided)."""
-
-        def f(x: float) -> str:
-            return f"{x:.{digits}f}" if math.isfinite(x) else ("inf" if x > 0 else "-inf")
-
-        return f"{self.estimate:+.{digits}f} [{f(self.low)}, {f(self.high)}]"
+        """``+0.081 [0.012, 0.150]``; without an interval, why: ``not enough data (n=3
+        control, 2 candidate)`` (after the estimate once both arms have a session), or
+        ``+0.000, no variation: every session 0 (n=...)``."""
+        est = f"{self.estimate:+.{digits}f}"
+        if self.bounded:
+            return f"{est} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+        n = f"n={self.n_control} control, {self.n_candidate} candidate"
+        if not (self.n_control and self.n_candidate):
+            return f"not enough data ({n})"
+        if self.constant:
+            return f"{est}, no variation: every session {self.mean_control:g} ({n})"
+        return f"{est}, not enough data ({n})"
 
 
 class SequentialComparison:
@@ -89,6 +103,7 @@ class SequentialComparison:
         self._np: Any = require_extra("numpy", extra="rollout", feature="Rollout statistics")
         self._n = [0, 0]
         self._sum = [0.0, 0.0]
+        self._range = (math.inf, -math.inf)  # smallest and largest value seen, both arms
 
     def add(self, candidate: bool, values: Iterable[float]) -> None:
         """Append observations of one arm (``candidate=False``: the control)."""
@@ -100,6 +115,7 @@ class SequentialComparison:
             self._model.update(row)
             self._n[arm] += 1
             self._sum[arm] += float(v)
+            self._range = (min(self._range[0], float(v)), max(self._range[1], float(v)))
 
     def interval(self) -> Interval:
         """Update and return the confidence sequence for ``candidate - control``.
@@ -118,7 +134,9 @@ class SequentialComparison:
         m1 = self._sum[1] / n1 if n1 else 0.0
         if math.isnan(low) or math.isnan(high):  # pragma: no cover - savvi keeps fmax/fmin
             low, high = -math.inf, math.inf
-        return Interval(m1 - m0, low, high, n0, n1, m0, m1)
+        return Interval(
+            m1 - m0, low, high, n0, n1, m0, m1, constant=self._range[0] == self._range[1]
+        )
 
 
 def fixed_horizon_n(p_control: float, p_candidate: float, *, alpha: float, power: float) -> int:

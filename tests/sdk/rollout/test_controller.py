@@ -104,6 +104,45 @@ def test_start_refuses_misuse(registry: Registry) -> None:
         ctl.start("other", 1)
 
 
+def test_start_takes_stages_dwell_and_tolerances_that_every_evaluator_applies(
+    registry: Registry, tmp_path: Path
+) -> None:
+    clock = Clock()
+    starter = RolloutController(registry, clock=clock)
+    exp = starter.start("shop", 2, stages=[0.5, 1.0], min_dwell_s=60, tolerances={"tokens": 0.5})
+    assert (exp.stages, exp.min_dwell_s, exp.tolerances) == ([0.5, 1.0], 60, {"tokens": 0.5})
+    costly = {  # success +17 points, tokens +45%: a win within +50%, blocked at the default +10%
+        "control": [Outcome(success=o.success, input_tokens=1000, output_tokens=100)
+                    for o in outcomes(800, 0.45, 3)],
+        "v2": [Outcome(success=o.success, input_tokens=1500, output_tokens=100)
+               for o in outcomes(800, 0.62, 4)],
+    }  # fmt: skip
+    clock.now += 30
+    # another instance (a scheduler) evaluates: the experiment carries its settings
+    other = open_registry(tmp_path / "registry.db")
+    scheduler = RolloutController(other, clock=clock)
+    assert (
+        scheduler.evaluate("shop", costly).reason
+        == "dwell: 30 s left at stage 50% (no breach so far)"
+    )
+    clock.now += 30
+    d = scheduler.evaluate("shop", costly)
+    assert (d.action, d.arm) == ("promote", "v2"), d.reason
+    assert starter.prompts.labels("shop") == {"active": 2}
+    other.close()
+
+
+def test_start_refuses_unknown_or_invalid_settings(registry: Registry) -> None:
+    ctl = RolloutController(registry)
+    with pytest.raises(ConfigError, match="no metric 'token'") as info:
+        ctl.start("shop", 2, tolerances={"token": 0.1})
+    assert info.value.field == "tolerances"
+    with pytest.raises(ConfigError, match="greater than or equal to 0") as info:
+        ctl.start("shop", 2, min_dwell_s=-1)
+    assert info.value.field == "min_dwell_s"
+    assert ctl.running("shop") is None and "candidate" not in ctl.prompts.labels("shop")
+
+
 def test_manual_promote_and_rollback_after_promotion(registry: Registry) -> None:
     ctl = RolloutController(registry)
     ctl.start("shop", 2)

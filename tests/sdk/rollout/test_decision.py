@@ -141,3 +141,72 @@ def test_sequential_interval_covers_and_narrows() -> None:
     assert widths[-1] < widths[1]
     assert iv.n_control == iv.n_candidate == 1000
     assert fixed_horizon_n(0.45, 0.55, alpha=0.05, power=0.8) == 389
+
+
+# -- readable reasons and settable tolerances --------------------------------------------------
+COSTLY = {
+    "control": sessions(800, 0.45, seed=3, tokens=1000),
+    "v2": sessions(800, 0.62, seed=4, tokens=1500),  # +45% tokens (1600 vs 1100)
+}
+
+
+def test_a_blocked_winner_names_each_metric_with_its_own_interval() -> None:
+    d = ENGINE.decide_outcomes(experiment(stage=1), COSTLY, now=500)
+    assert d.action == "hold"
+    tokens, success = d.intervals["v2.tokens"], d.intervals["v2.success"]
+    assert tokens != success
+    assert d.reason == (
+        f"blocked: v2 (tokens worse: {tokens} beyond tolerance +10% of control = 110; "
+        f"better on success {success})"
+    )
+    assert tokens.startswith("+500.000 [")
+
+
+def test_without_enough_data_reasons_say_so_and_print_no_infinity() -> None:
+    engine = DecisionEngine(min_samples=0)
+    few = {"control": sessions(2, 0.5, seed=1), "v2": sessions(2, 0.5, seed=2)}
+    d = engine.decide_outcomes(experiment(stage=1), few, now=500)
+    assert d.action == "hold" and d.reason.startswith("success undecided: v2 ")
+    assert "not enough data (n=2 control, 2 candidate)" in d.reason
+    assert "inf" not in d.reason and not any("inf" in v for v in d.intervals.values())
+    assert (
+        d.intervals["v2.tokens"]
+        == "+0.000, no variation: every session 1100 (n=2 control, 2 candidate)"
+    )
+    empty = engine.decide_outcomes(
+        experiment(stage=1), {"control": sessions(3, 0.5, seed=1)}, now=9
+    )
+    assert empty.intervals["v2.success"] == "not enough data (n=3 control, 0 candidate)"
+    short = ENGINE.decide_outcomes(experiment(), few, now=9)
+    assert (
+        short.reason == "collecting: fewer than 30 sessions in ['control', 'v2'] (control 2, v2 2)"
+    )
+
+
+def test_an_experiments_tolerances_override_the_engines() -> None:
+    lenient = experiment(stage=1).model_copy(update={"tolerances": {"tokens": 0.5}})
+    d = ENGINE.decide_outcomes(lenient, COSTLY, now=500)
+    assert (d.action, d.arm) == ("promote", "v2")  # +45% tokens is within +50%
+    strict = experiment(stage=1).model_copy(update={"tolerances": {"tokens": 0.4}})
+    d = ENGINE.decide_outcomes(strict, COSTLY, now=500)
+    assert d.action == "hold" and "beyond tolerance +40% of control = 440" in d.reason
+    assert ENGINE.tolerances["tokens"] == 0.10  # the engine's own stay as they were
+
+
+def test_tolerances_are_checked_against_the_engines_metrics() -> None:
+    assert ENGINE.check_tolerances({"tokens": 1, "tool_failure_rate": 0.05}) == {
+        "tokens": 1.0,
+        "tool_failure_rate": 0.05,
+    }
+    with pytest.raises(ConfigError, match=r"no metric 'token'.*compares success, p0_rate"):
+        ENGINE.check_tolerances({"token": 0.1})
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="finite and at least 0"):
+            ENGINE.check_tolerances({"tokens": bad})
+    with pytest.raises(ValueError, match="finite and at least 0"):
+        Experiment(
+            prompt="p",
+            control=Arm(name="control", version=1),
+            candidates=[Arm(name="v2", version=2)],
+            tolerances={"tokens": float("nan")},
+        )

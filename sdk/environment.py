@@ -78,6 +78,7 @@ ENTRY_POINT_GROUP = "evoharness.environments"
 ENVIRONMENTS: dict[str, str] = {
     # Fallback for a source checkout whose entry points are not installed.
     "shop": "evoharness.examples.shop.plugin:environment",
+    "bfcl": "evoharness.examples.bfcl.plugin:environment",
 }
 
 

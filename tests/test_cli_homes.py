@@ -105,6 +105,9 @@ SHARED = {
     "--tag": options.TagOption,
     "--actor": options.ActorOption,
     "--reason": options.ReasonOption,
+    "--stages": options.StagesOption,
+    "--min-dwell-s": options.MinDwellOption,
+    "--tolerance": options.ToleranceOption,
     "--state": evolve_options.StateOption,
 }
 

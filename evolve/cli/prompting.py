@@ -34,11 +34,13 @@ from evoharness.sdk.cli.options import (
     ApiKeyEnvOption,
     BaseUrlOption,
     EnvOption,
+    MinDwellOption,
     RegistryOption,
+    StagesOption,
     TaskLimitOption,
+    ToleranceOption,
     TraceDbOption,
 )
-from evoharness.sdk.cli.prompts import MinDwellOption, StagesOption, ToleranceOption
 from evoharness.sdk.prompts import RegistryPromptStore
 from evoharness.sdk.registry import open_registry
 from evoharness.sdk.rollout import parse_stages, parse_tolerances

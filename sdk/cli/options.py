@@ -25,11 +25,14 @@ __all__ = [
     "ConcurrencyOption",
     "EnvOption",
     "LabelOption",
+    "MinDwellOption",
     "PromptsInLangfuseOption",
     "ReasonOption",
     "RegistryOption",
+    "StagesOption",
     "TagOption",
     "TaskLimitOption",
+    "ToleranceOption",
     "TraceDbOption",
 ]
 
@@ -77,6 +80,24 @@ ConcurrencyOption = Annotated[
 BaseUrlOption = Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint.")]
 ApiKeyEnvOption = Annotated[
     str | None, typer.Option(help="Name of the environment variable holding the API key.")
+]
+
+# -- rollouts: every command that starts one (prompts rollout, prompt-evolve) ---------------
+StagesOption = Annotated[
+    str, typer.Option(help="Traffic per stage, ending at 1.0 (0.1,0.3,1.0 or 10%,30%,100%).")
+]
+MinDwellOption = Annotated[
+    float,
+    typer.Option("--min-dwell-s", "--dwell", min=0, help="Minimum seconds in each stage."),
+]
+ToleranceOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tolerance",
+        metavar="METRIC=VALUE",
+        help="Allowed worsening, repeatable: tokens=10% lets a winner cost 10% more tokens "
+        "(tokens, latency_s: relative to the control; rates: absolute).",
+    ),
 ]
 
 # -- label moves (audited) ------------------------------------------------------------------

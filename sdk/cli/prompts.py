@@ -23,9 +23,12 @@ from evoharness.sdk.cli._console import console
 from evoharness.sdk.cli.options import (
     REGISTRY,
     ActorOption,
+    MinDwellOption,
     PromptsInLangfuseOption,
     ReasonOption,
     RegistryOption,
+    StagesOption,
+    ToleranceOption,
 )
 from evoharness.sdk.prompts import (
     ACTIVE,
@@ -39,31 +42,13 @@ from evoharness.sdk.registry import ArtifactNotFound, Registry, RegistryError, o
 from evoharness.sdk.rollout import RolloutController, parse_stages, parse_tolerances
 from evoharness.sdk.rollout.traces import outcomes_from_store
 
-__all__ = ["MinDwellOption", "StagesOption", "ToleranceOption", "app"]
+__all__ = ["app"]
 
 app = typer.Typer(
     help="Prompt versions and their A/B rollouts (staged, sticky, audited).",
     no_args_is_help=True,
 )
 USER = os.environ.get("USER", "evoharness")  # who creates versions and starts rollouts
-
-# The settings of a rollout, for every command that starts one (here and prompt-evolve).
-StagesOption = Annotated[
-    str, typer.Option(help="Traffic per stage, ending at 1.0 (0.1,0.3,1.0 or 10%,30%,100%).")
-]
-MinDwellOption = Annotated[
-    float,
-    typer.Option("--min-dwell-s", "--dwell", min=0, help="Minimum seconds in each stage."),
-]
-ToleranceOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--tolerance",
-        metavar="METRIC=VALUE",
-        help="Allowed worsening, repeatable: tokens=10% lets a winner cost 10% more tokens "
-        "(tokens, latency_s: relative to the control; rates: absolute).",
-    ),
-]
 
 
 def _open(registry: str, langfuse: bool) -> tuple[Registry, PromptStore]:

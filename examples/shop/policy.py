@@ -9,6 +9,13 @@ It reads its context the way a model would: the request from the first human mes
 results from tool messages, and guidance from system messages. A lesson in the system prompt
 (a section headed ``LESSONS``) that names the step behind a mistake lowers that mistake's rate
 by ``lesson_effect``; a harness hint asking to "change approach" stops a retry loop.
+
+Offered skills (a ``SKILLS`` section, only when the session door serves a skill set): when
+one of them comes with a workflow tool, the policy calls it once, filling its parameters
+from its own reading of the request (with the same seeded mistakes), and carries on from
+what the workflow did — a stopped workflow leaves it to do the rest by hand; a skill
+without a workflow it loads first, and its instructions count like lessons. Without a
+``SKILLS`` section nothing changes.
 """
 
 from __future__ import annotations
@@ -27,6 +34,10 @@ from evoharness.examples.shop.tools import TERMINAL_TOOL
 
 HALLUCINATED_TOOL = "find_deals"
 LESSON_HEADER = "LESSONS"
+SKILLS_HEADER = "SKILLS"
+LOAD_SKILL = "load_skill"
+WORKFLOW_PREFIX = "wf_"
+SKIPPED = "skipped by the workflow"
 CHANGE_APPROACH = "change approach"
 # mistake -> the step a lesson must name to reduce it
 LESSON_KEYS: dict[str, str] = {
@@ -114,6 +125,46 @@ class _Transcript:
     steps: list[_Step] = field(default_factory=list)
     lessons: str = ""
     change_approach: bool = False
+    skills: list[str] = field(default_factory=list)
+    """Offered skills without a workflow."""
+    workflows: dict[str, list[str]] = field(default_factory=dict)
+    """Offered workflow tools and their parameters."""
+
+
+_OFFERED = re.compile(r"^- ([a-z0-9-]+): (.*)$", re.MULTILINE)
+_WORKFLOW = re.compile(r"Workflow tool: (\w+)\(([^)]*)\)")
+
+
+def _offered(t: _Transcript, text: str) -> None:
+    """The skills section of the system prompt (names, workflow tools and parameters)."""
+    section = text[text.index(SKILLS_HEADER + " (") :]
+    for m in _OFFERED.finditer(section):
+        flow = _WORKFLOW.search(m.group(2))
+        if flow:
+            t.workflows[flow.group(1)] = [p.strip() for p in flow.group(2).split(",") if p.strip()]
+        else:
+            t.skills.append(m.group(1))
+
+
+def _expand(call: dict[str, Any], result: ToolMessage | None) -> list[_Step]:
+    """A workflow call and the inner calls it reports, as steps (what it did, done)."""
+    steps = [_Step(call["name"], dict(call["args"]), result)]
+    try:
+        report = json.loads(str(result.content)) if result is not None else {}
+    except ValueError:
+        report = {}
+    for inner in report.get("calls", []) if isinstance(report, dict) else []:
+        status = inner.get("status")
+        text = inner.get("output", "") if status == "ok" else inner.get("error", "")
+        if status == "skipped":
+            text = f"{text} ({SKIPPED})"
+        message = ToolMessage(
+            content=str(text),
+            tool_call_id=f"{call.get('id')}.{len(steps)}",
+            status="success" if status == "ok" else "error",
+        )
+        steps.append(_Step(str(inner.get("tool")), dict(inner.get("args") or {}), message))
+    return steps
 
 
 def _read(messages: list[BaseMessage]) -> _Transcript:
@@ -123,14 +174,20 @@ def _read(messages: list[BaseMessage]) -> _Transcript:
     last_ai = max((i for i, m in enumerate(messages) if isinstance(m, AIMessage)), default=-1)
     for i, m in enumerate(messages):
         if isinstance(m, AIMessage):
-            t.steps += [
-                _Step(c["name"], dict(c["args"]), results.get(c.get("id") or ""))
-                for c in m.tool_calls
-            ]
+            for c in m.tool_calls:
+                result = results.get(c.get("id") or "")
+                if c["name"].startswith(WORKFLOW_PREFIX):
+                    t.steps += _expand(dict(c), result)
+                    continue
+                t.steps.append(_Step(c["name"], dict(c["args"]), result))
+                if c["name"] == LOAD_SKILL and result is not None and result.status != "error":
+                    t.lessons += str(result.content).lower()  # a skill's instructions
         elif isinstance(m, SystemMessage):
             text = str(m.content)
             if LESSON_HEADER in text:
                 t.lessons += text[text.index(LESSON_HEADER) :].lower()
+            if SKILLS_HEADER + " (" in text:
+                _offered(t, text)
             if i > last_ai and CHANGE_APPROACH in text.lower():
                 t.change_approach = True
     return t
@@ -170,6 +227,37 @@ class OfflineShopPolicy:
         digest = hashlib.sha256(f"{self.seed}|{mistake}|{t.request}".encode()).digest()
         return int.from_bytes(digest[:8], "big") / 2**64 < rate
 
+    def _use_skills(
+        self, t: _Transcript, req: ParsedRequest, done: set[str]
+    ) -> tuple[str, dict[str, Any]] | None:
+        """The offered workflow to call (once), or the offered skill to load first."""
+        assert req.category is not None
+        slug = req.category.replace("-", "_")
+        flows = sorted(t.workflows, key=lambda w: slug not in w)
+        if flows:
+            if flows[0] in done:
+                return None
+            excluded = [] if self.makes("ignore_excluded_material", t) else req.excluded_materials
+            values: dict[str, Any] = {
+                "request": t.request,
+                "category": req.category,
+                "query": req.category.replace("_", " "),
+                "platforms": list(req.platforms or PLATFORMS),
+                "exclude_materials": list(excluded),
+                "excluded_materials": list(excluded),
+                "direct_shipping_only": req.direct_shipping,
+                "limit": 10,
+                "count": req.count,
+                "budget_cny": req.budget_cny,
+            }
+            params = t.workflows[flows[0]]
+            return flows[0], {p: values[p] for p in params if p in values}
+        skills = sorted(t.skills, key=lambda s: slug.replace("_", "-") not in s)
+        loaded = {str(s.args.get("name")) for s in t.steps if s.name == LOAD_SKILL}
+        if skills and skills[0] not in loaded:
+            return LOAD_SKILL, {"name": skills[0]}
+        return None
+
     def __call__(self, messages: list[BaseMessage]) -> AIMessage:
         t = _read(messages)
         n = len(t.steps)
@@ -196,6 +284,9 @@ class OfflineShopPolicy:
             return call("chat_fallback", message=t.request)
         if self.makes("hallucinated_tool", t) and HALLUCINATED_TOOL not in done:
             return call(HALLUCINATED_TOOL, query=req.category)
+        skill_step = self._use_skills(t, req, done)
+        if skill_step is not None:
+            return call(skill_step[0], **skill_step[1])
         if "planner" not in done:
             return call("planner", request=t.request)
         if "category_insight" not in done:
@@ -220,8 +311,9 @@ class OfflineShopPolicy:
                 return call("item_search", **search)
             last = tries[-1]
             if last.result is None or last.result.status == "error":
-                circuit_open = last.result is not None and "circuit open" in str(
-                    last.result.content
+                circuit_open = last.result is not None and (
+                    "circuit open" in str(last.result.content)
+                    or SKIPPED in str(last.result.content)  # the skill says: go on without it
                 )
                 looping = (
                     self.makes("retry_failing_platform", t)

@@ -1,0 +1,340 @@
+"""``evoharness bench skills``: skills and workflows vs memory strategies only, paired.
+
+For each environment (the shop, and the refund desk in ``examples/desk``), with its
+SIMULATED offline policy:
+
+1. run the train split with the harness, traced;
+2. one evolve cycle over those traces (judge, route, curate memory: strategies and lessons,
+   published as ``memory/<env>``);
+3. distill skills from the same judged traces (:class:`~evoharness.evolve.skills.SkillDistiller`)
+   and publish them as ``skills/<env>`` under the ``candidate`` label;
+4. run the frozen val split and a guard split twice — memory only (the baseline) and memory
+   plus the candidate skill set — both through the session door, same tasks, same seeds;
+5. judge those runs (P0), compare the arms paired by task, and promote the skill set when the
+   gate accepts it.
+
+Tokens are the model-visible messages plus the tool schemas bound to each call, counted
+with the harness's approximation; model calls are the AI messages of each run. The numbers
+are evidence about the machinery on a simulated policy, never about real models: the
+policy's mistakes are seeded and its skill use is scripted (see ``examples/shop/policy.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
+from langchain_core.outputs import ChatResult
+from pydantic import BaseModel
+
+from evoharness.evolve import (
+    EpisodeFilter,
+    EvolveState,
+    LocalTraceSource,
+    judge_episodes,
+    run_cycle,
+)
+from evoharness.evolve.environment import (
+    build_judge,
+    build_proposer,
+    build_rubrics,
+    lesson_hints_of,
+    load_plugin,
+    runtime_of,
+)
+from evoharness.evolve.skills import (
+    ArmRun,
+    GateDecision,
+    PairedSkills,
+    SkillDistiller,
+    compare_arms,
+    decide,
+    promote_if_proven,
+)
+from evoharness.harness import approx_tokens
+from evoharness.harness.tracing import Tracer, TraceStore
+from evoharness.sdk.memory import MemoryStore
+from evoharness.sdk.registry import open_registry
+from evoharness.sdk.runner import TaskResult, run_tasks
+from evoharness.sdk.session import ArtifactSource, MemorySource, SkillsSource
+from evoharness.sdk.skills import SkillVersions
+from evoharness.sdk.testing import ScriptedChatModel
+
+ENVIRONMENTS = ("shop", "evoharness.examples.desk.plugin:environment")
+
+
+class SchemaCountingModel(ScriptedChatModel):
+    """The offline policy, with the bound tool schemas counted as input tokens too (a
+    provider bills them on every call; the workflow tools are part of what skills cost)."""
+
+    def _count(self, result: ChatResult, tools: Any) -> ChatResult:
+        extra = approx_tokens(json.dumps(tools or [], sort_keys=True))
+        for g in result.generations:
+            usage = getattr(g.message, "usage_metadata", None)
+            if usage:
+                usage["input_tokens"] += extra
+                usage["total_tokens"] += extra
+        return result
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        return self._count(super()._generate(messages, stop, run_manager, **kw), kw.get("tools"))
+
+    async def _agenerate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        got = await super()._agenerate(messages, stop, run_manager, **kw)
+        return self._count(got, kw.get("tools"))
+
+
+def counting(factory: Callable[[], BaseChatModel]) -> Callable[[], BaseChatModel]:
+    """A model factory whose scripted models also count the tool schemas."""
+
+    def make() -> BaseChatModel:
+        base = factory()
+        if not isinstance(base, ScriptedChatModel):
+            return base
+        return SchemaCountingModel(
+            policy=base.policy,
+            script=list(base.script),
+            model_name=base.model_name,
+            token_counter=base.token_counter,
+        )
+
+    return make
+
+
+class EnvResult(BaseModel):
+    """One environment's comparison."""
+
+    env: str
+    train_tasks: int
+    skills: list[str]
+    workflows: list[str]
+    val: PairedSkills
+    guard: PairedSkills
+    decision: GateDecision
+    promoted: bool
+    val_baseline: list[ArmRun]
+    val_skills: list[ArmRun]
+
+
+class SkillsBenchResult(BaseModel):
+    """Every environment's comparison, and the val splits pooled."""
+
+    envs: list[EnvResult]
+    pooled: PairedSkills
+
+
+def _arm(results: Sequence[TaskResult], p0: dict[str, bool]) -> list[ArmRun]:
+    return [
+        ArmRun(
+            task_id=r.task_id,
+            success=r.success,
+            p0=p0.get(r.trace_id or "", False),
+            tokens=r.input_tokens + r.output_tokens,
+            model_calls=r.model_calls,
+        )
+        for r in results
+    ]
+
+
+def run_env(
+    spec: str,
+    workdir: Path,
+    *,
+    train_limit: int | None = None,
+    val_limit: int | None = None,
+    guard_limit: int = 40,
+    concurrency: int = 8,
+    echo: Callable[[str], None] = print,
+) -> EnvResult:
+    """Learn skills on one environment and compare the arms (see the module docstring)."""
+    plugin = load_plugin(spec)
+    name = plugin.name
+    root = workdir / name
+    root.mkdir(parents=True, exist_ok=True)
+    store = TraceStore(root / "traces.db")
+    tracer = Tracer(store)
+    state = EvolveState(root / "evolve.db")
+    registry = open_registry(root / "registry.db")
+    memory = MemoryStore(root / "memory.db", registry=registry, name=name)
+    world = runtime_of(plugin)
+    model = counting(world.offline_model)
+    train = world.tasks("train")[:train_limit] if train_limit else world.tasks("train")
+    val = world.tasks("val")[:val_limit] if val_limit else world.tasks("val")
+    guard = train[:guard_limit]
+
+    def run(
+        tasks: Sequence[Any], tags: list[str], artifacts: Sequence[ArtifactSource] = ()
+    ) -> list[TaskResult]:
+        return asyncio.run(
+            run_tasks(
+                world,
+                tasks,
+                model_factory=model,
+                middleware_factory=world.harness_middleware,
+                concurrency=concurrency,
+                tracer=tracer,
+                tags=tags,
+                artifacts=artifacts,
+            )
+        )
+
+    echo(f"[{name}] train: {len(train)} tasks (SIMULATED policy)")
+    run(train, ["train"])
+    store.flush(60)
+    grader, rubrics = build_judge(plugin), build_rubrics(plugin)
+    asyncio.run(
+        run_cycle(
+            LocalTraceSource(store),
+            where=EpisodeFilter(tags=["train"]),
+            grader=grader,
+            rubrics=rubrics,
+            state=state,
+            memory=memory,
+            proposer=build_proposer(plugin),
+            scores_to=store,
+            concurrency=concurrency,
+        )
+    )
+    episodes = list(LocalTraceSource(store).episodes(EpisodeFilter(tags=["train"])))
+    distiller = SkillDistiller(
+        env=name,
+        case_key=plugin.case_key,
+        hints=lesson_hints_of(plugin, [e.query or "" for e in episodes[:1]]),
+    )
+    learned = distiller.distill(episodes, state.verdicts([e.trace_id for e in episodes]))
+    versions = SkillVersions(registry, name)
+    candidate = versions.publish([s.skill for s in learned], label="candidate", reason="learned")
+    echo(
+        f"[{name}] learned {len(learned)} skills, "
+        f"{sum(s.workflow is not None for s in learned)} with a workflow"
+    )
+    for s in learned:
+        if s.workflow is None:
+            echo(f"  {s.skill.name}: plain skill ({s.no_workflow})")
+
+    def case_key(query: str) -> str:
+        return plugin.case_key(query, {})
+
+    baseline: list[ArtifactSource] = [MemorySource(registry, name)]
+    skills: list[ArtifactSource] = [
+        MemorySource(registry, name),
+        SkillsSource(registry, name, label="candidate", case_key=case_key, tracer=tracer),
+    ]
+    arms: dict[str, dict[str, list[TaskResult]]] = {}
+    for split, tasks in (("val", val), ("guard", guard)):
+        echo(f"[{name}] {split}: {len(tasks)} tasks x 2 arms")
+        arms[split] = {
+            "baseline": run(tasks, [split, "baseline"], baseline),
+            "skills": run(tasks, [split, "skills"], skills),
+        }
+    store.flush(60)
+    ids = {r.trace_id for a in arms.values() for rs in a.values() for r in rs if r.trace_id}
+    judged = [e for e in LocalTraceSource(store).episodes(EpisodeFilter()) if e.trace_id in ids]
+    asyncio.run(
+        judge_episodes(judged, grader=grader, rubrics=rubrics, state=state, concurrency=concurrency)
+    )
+    p0 = {k: not v.p0_pass for k, v in state.verdicts(ids).items()}
+    runs = {split: {k: _arm(v, p0) for k, v in a.items()} for split, a in arms.items()}
+    compared = {split: compare_arms(split, r["baseline"], r["skills"]) for split, r in runs.items()}
+    decision = decide(compared["val"], compared["guard"])
+    promoted = promote_if_proven(versions, candidate.version, decision)
+    store.close()
+    memory.close()
+    registry.close()
+    return EnvResult(
+        env=name,
+        train_tasks=len(train),
+        skills=[s.skill.name for s in learned],
+        workflows=[s.workflow.name for s in learned if s.workflow is not None],
+        val=compared["val"],
+        guard=compared["guard"],
+        decision=decision,
+        promoted=promoted,
+        val_baseline=runs["val"]["baseline"],
+        val_skills=runs["val"]["skills"],
+    )
+
+
+def pooled(results: Sequence[EnvResult]) -> PairedSkills:
+    """The val splits of every environment as one paired comparison (task ids prefixed
+    with the environment)."""
+
+    def tagged(env: str, runs: Sequence[ArmRun]) -> list[ArmRun]:
+        return [r.model_copy(update={"task_id": f"{env}/{r.task_id}"}) for r in runs]
+
+    base = [x for r in results for x in tagged(r.env, r.val_baseline)]
+    skills = [x for r in results for x in tagged(r.env, r.val_skills)]
+    return compare_arms("val", base, skills)
+
+
+def _row(label: str, c: PairedSkills) -> str:
+    return (
+        f"{label:<14} {c.tasks:>5} {c.baseline_success:>9.3f} {c.skills_success:>8.3f} "
+        f"{c.baseline_p0:>6} {c.skills_p0:>5} {c.baseline_tokens:>10.0f} {c.skills_tokens:>9.0f} "
+        f"{c.baseline_calls:>8.2f} {c.skills_calls:>7.2f} {c.wins:>4} {c.losses:>4} "
+        f"{c.p_value:>7.4f}"
+    )
+
+
+HEADER = (
+    f"{'split':<14} {'tasks':>5} {'base_succ':>9} {'skl_succ':>8} {'bP0':>6} {'sP0':>5} "
+    f"{'base_tok':>10} {'skl_tok':>9} {'b_calls':>8} {'s_calls':>7} {'wins':>4} {'loss':>4} "
+    f"{'p':>7}"
+)
+
+
+def run(
+    *,
+    envs: Sequence[str] = ENVIRONMENTS,
+    train_limit: int | None = None,
+    val_limit: int | None = None,
+    guard_limit: int = 40,
+    concurrency: int = 8,
+    workdir: Path | None = None,
+    echo: Callable[[str], None] = print,
+) -> SkillsBenchResult:
+    """Run the benchmark; the last line printed is
+    ``skills_success=... baseline_success=... token_ratio=... calls_ratio=... p=...``."""
+    with tempfile.TemporaryDirectory(prefix="evoharness-bench-skills-") as tmp:
+        base = Path(workdir) if workdir is not None else Path(tmp)
+        results = [
+            run_env(
+                spec,
+                base,
+                train_limit=train_limit,
+                val_limit=val_limit,
+                guard_limit=guard_limit,
+                concurrency=concurrency,
+                echo=echo,
+            )
+            for spec in envs
+        ]
+    echo("SIMULATED offline policies: evidence about the machinery, not about real models.")
+    echo(HEADER)
+    for r in results:
+        echo(_row(f"{r.env} val", r.val))
+        echo(_row(f"{r.env} guard", r.guard))
+    for r in results:
+        verdict = "promoted to active" if r.promoted else "kept as candidate"
+        echo(
+            f"{r.env}: {len(r.skills)} skills ({len(r.workflows)} workflows); gate: "
+            f"{r.decision.reason} -> {verdict}"
+        )
+    total = pooled(results)
+    echo(_row("all val", total))
+    echo(
+        f"skills_success={total.skills_success:.3f} baseline_success={total.baseline_success:.3f} "
+        f"token_ratio={total.token_ratio:.3f} calls_ratio={total.calls_ratio:.3f} "
+        f"p={total.p_value:.4f}"
+    )
+    return SkillsBenchResult(envs=results, pooled=total)

@@ -165,6 +165,31 @@ def bench_scale(
     scale.run(quick=quick, echo=console.print)
 
 
+@app.command("skills")
+def bench_skills(
+    train_limit: Annotated[
+        int | None, typer.Option(min=3, help="Train tasks per environment (default all).")
+    ] = None,
+    val_limit: Annotated[
+        int | None, typer.Option(min=2, help="Val tasks per environment (default all).")
+    ] = None,
+    guard_limit: Annotated[int, typer.Option(min=1, help="Guard tasks (train).")] = 40,
+    env: Annotated[
+        list[str] | None, typer.Option(help="Environments (default: shop and the refund desk).")
+    ] = None,
+) -> None:
+    """Skills + workflows vs memory strategies only, paired, on shop and desk (SIMULATED)."""
+    from evoharness.evolve.benchmarks import skills
+
+    skills.run(
+        envs=env or skills.ENVIRONMENTS,
+        train_limit=train_limit,
+        val_limit=val_limit,
+        guard_limit=guard_limit,
+        echo=lambda line: console.print(line, markup=False),
+    )
+
+
 # Register new benchmarks above this line (one ``@app.command("<name>")`` function each).
 
 

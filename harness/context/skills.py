@@ -160,14 +160,12 @@ class SkillCard:
         name: The skill's name (what ``load_skill`` takes).
         description: What it does and when to use it (shown in the system prompt).
         body: Its full instructions (returned by ``load_skill``).
-        version: The version served (recorded on the trace), if known.
         workflow: Its compiled workflow, offered as one more tool.
     """
 
     name: str
     description: str
     body: str
-    version: str | None = None
     workflow: WorkflowProgram | None = None
 
 
@@ -206,7 +204,6 @@ class OfferedSkills(TypedDict):
     """What a thread was offered (kept in state: a resumed thread keeps its prefix)."""
 
     names: list[str]
-    versions: dict[str, str]
     listing: str
     bodies: dict[str, str]
     workflows: dict[str, dict[str, Any]]
@@ -276,8 +273,8 @@ class SkillsMiddleware(AgentMiddleware[SkillsState, Any, Any]):
             cheap and deterministic, e.g. cached per version and case pattern).
         user_id: Passed to the provider.
         tracer: Records each inner call of a workflow as a child ``tool`` span of the
-            workflow's span (without one, inner calls are traced only as the harness's
-            events).
+            workflow's span (without one, the workflow's own span and its events are all a
+            trace shows of them).
         events: Receives ``skills_offered``, ``skill_loaded``, ``workflow_finished``,
             ``workflow_stopped`` and ``skills_offer_failed``.
     """
@@ -330,7 +327,6 @@ class SkillsMiddleware(AgentMiddleware[SkillsState, Any, Any]):
         return {
             "skills": OfferedSkills(
                 names=names,
-                versions={c.name: c.version for c in cards if c.version is not None},
                 listing=render_listing(cards),
                 bodies={c.name: c.body for c in cards},
                 workflows={

@@ -124,7 +124,6 @@ class SkillsSource:
                 name=s.name,
                 description=s.description,
                 body=s.body,
-                version=str(skills.version),
                 workflow=workflow_of(s),
             )
             for s in skills.offered(query, self.case_key)

@@ -91,8 +91,8 @@ BODY = "# Refunds\n1. lookup\n2. refund the total\n"
 
 def cards(program: Any = None) -> list[SkillCard]:
     return [
-        SkillCard("refunds", "Refund damaged orders.", BODY, "3", program or RefundProgram()),
-        SkillCard("greetings", "Greet the customer.", "Say hi.\n", "3"),
+        SkillCard("refunds", "Refund damaged orders.", BODY, program or RefundProgram()),
+        SkillCard("greetings", "Greet the customer.", "Say hi.\n"),
     ]
 
 

@@ -22,7 +22,7 @@ import typer
 from evoharness.harness import ConfigError
 from evoharness.sdk.cli import prompts, registry, traces
 from evoharness.sdk.cli import run as run_cmd
-from evoharness.sdk.cli._console import console
+from evoharness.sdk.cli.console import console
 from evoharness.sdk.cli.options import TRACE_DB
 from evoharness.sdk.runtime import inline_untraced_bookkeeping
 

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from evoharness.harness.errors import ConfigError
 from evoharness.sdk.cli import registry as registry_cli
-from evoharness.sdk.cli._console import console
+from evoharness.sdk.cli.console import console
 from evoharness.sdk.cli.options import (
     REGISTRY,
     ActorOption,

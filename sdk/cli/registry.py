@@ -27,7 +27,7 @@ import typer
 from rich.table import Table
 
 from evoharness.harness.errors import ConfigError
-from evoharness.sdk.cli._console import console
+from evoharness.sdk.cli.console import console
 from evoharness.sdk.cli.options import (
     REGISTRY,
     ActorOption,

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from evoharness.harness.tracing import Tracer, TraceStore
-from evoharness.sdk.cli._console import console
+from evoharness.sdk.cli.console import console
 from evoharness.sdk.cli.options import (
     TRACE_DB,
     ApiKeyEnvOption,

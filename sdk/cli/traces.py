@@ -20,7 +20,7 @@ from rich.tree import Tree
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import Observation, TraceStore
 from evoharness.harness.tracing.store import TraceQuery
-from evoharness.sdk.cli._console import console
+from evoharness.sdk.cli.console import console
 from evoharness.sdk.cli.options import TRACE_DB, TagOption, TraceDbOption
 
 app = typer.Typer(help="Inspect and export recorded traces.", no_args_is_help=True)

@@ -2,19 +2,19 @@
 
 from evoharness.sdk.testing.network import NetworkBlockedError, block_network
 from evoharness.sdk.testing.scripted import (
+    CountTokens,
     Policy,
     Reply,
     ScriptedChatModel,
     ScriptExhaustedError,
-    TokenCounter,
 )
 
 __all__ = [
+    "CountTokens",
     "NetworkBlockedError",
     "Policy",
     "Reply",
     "ScriptExhaustedError",
     "ScriptedChatModel",
-    "TokenCounter",
     "block_network",
 ]

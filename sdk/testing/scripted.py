@@ -19,7 +19,8 @@ from evoharness.harness import RunError, approx_message_tokens
 
 Reply = AIMessage | str
 Policy = Callable[[list[BaseMessage]], Reply]
-TokenCounter = Callable[[Sequence[BaseMessage]], int]
+CountTokens = Callable[[Sequence[BaseMessage]], int]
+"""How a scripted reply's ``usage_metadata`` is counted (messages in, tokens out)."""
 
 
 class ScriptExhaustedError(RunError):
@@ -64,7 +65,7 @@ class ScriptedChatModel(BaseChatModel):
     """Replies played in order, one per model call (``AIMessage`` or ``str``)."""
     policy: Policy | None = None
     """Callable producing the reply from the messages; takes precedence over ``script``."""
-    token_counter: TokenCounter = approx_message_tokens
+    token_counter: CountTokens = approx_message_tokens
     """Counts tokens for ``usage_metadata``; the default is the harness approximation."""
     model_name: str = "scripted"
 

@@ -42,7 +42,6 @@ WORKFLOW_PREFIX = "wf_"
 
 JsonType = Literal["string", "number", "integer", "boolean", "array", "object"]
 _SEGMENT = re.compile(r"^([A-Za-z0-9_\-]+)(\[\*\])?$")
-_OMITTED = "(omitted: not needed for what comes next)"
 
 
 def workflow_tool_name(skill: str) -> str:
@@ -115,6 +114,8 @@ class WorkflowStep(BaseModel):
             value (``None``: one call).
         on_error: ``stop`` (a failed call ends the workflow) or ``skip`` (a failed value of
             a fan-out is left out; the step fails only when every value failed).
+        retries: How often a failed call is repeated as it was before it counts as failed
+            (learned where runs recovered that way, e.g. from a timeout).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -123,6 +124,7 @@ class WorkflowStep(BaseModel):
     args: dict[str, ArgSource]
     each: str | None = None
     on_error: Literal["stop", "skip"] = "stop"
+    retries: int = Field(0, ge=0, le=3)
 
 
 class Workflow(BaseModel):
@@ -221,9 +223,22 @@ class Workflow(BaseModel):
             got: list[tuple[dict[str, Any], Any]] = []
             failed: str | None = None
             for call_args in calls:
-                result: StepResult = yield StepCall(step.tool, call_args, i)
-                parsed = _parse(result.content)
-                error = _error_of(result, parsed)
+                for attempt in range(step.retries + 1):
+                    result: StepResult = yield StepCall(step.tool, call_args, i)
+                    parsed = _parse(result.content)
+                    error = _error_of(result, parsed)
+                    if error is None:
+                        break
+                    if attempt < step.retries:
+                        done.append(
+                            {
+                                "step": i,
+                                "tool": step.tool,
+                                "args": call_args,
+                                "status": "retried",
+                                "error": error,
+                            }
+                        )
                 record = {"step": i, "tool": step.tool, "args": call_args}
                 if error is None:
                     got.append((call_args, parsed))
@@ -237,6 +252,9 @@ class Workflow(BaseModel):
                 break
             if failed is None and not got:
                 failed = f"every call of step {i} ({step.tool}) failed"
+                for rec in done:  # nothing was left out on purpose: the whole step failed
+                    if rec["step"] == i and rec["status"] == "skipped":
+                        rec["status"] = "error"
             if failed is not None:
                 return self._stopped(done, i, failed)
             results[i] = got
@@ -280,13 +298,15 @@ class Workflow(BaseModel):
 
     def _report(self, done: list[dict[str, Any]], status: str) -> str:
         keep = set(self.returns) if status == "completed" else None
-        calls = []
-        for rec in done:
-            rec = dict(rec)
-            if "output" in rec and keep is not None and rec["step"] not in keep:
-                rec["output"] = _OMITTED
-            calls.append(rec)
+        calls = [
+            {k: v for k, v in rec.items() if k != "output"}
+            if keep is not None and rec["step"] not in keep
+            else rec
+            for rec in done
+        ]
         payload: dict[str, Any] = {"workflow": self.name, "status": status, "calls": calls}
+        if keep is not None and len(keep) < len(self.steps):
+            payload["outputs"] = f"only of steps {sorted(keep)} (what comes next reads them)"
         if status == "completed" and self.next:
             payload["next"] = self.next
         return json.dumps(payload, ensure_ascii=False, default=str)

@@ -248,3 +248,25 @@ def test_select_paths_and_filters() -> None:
 def test_round_trips_as_json() -> None:
     wf = fan_out_workflow("skip")
     assert Workflow.model_validate_json(wf.to_json()) == wf
+
+
+def test_a_learned_retry_repeats_a_failed_call_once() -> None:
+    wf = Workflow(
+        name="wf_pay",
+        skill="pay",
+        description="d",
+        params=[Param(name="order_id", type="string")],
+        steps=[
+            WorkflowStep(
+                tool="issue_refund",
+                args={"order_id": P({"kind": "param", "param": "order_id"})},
+                retries=1,
+            )
+        ],
+    )
+    answers = iter([StepResult(ok=False, content="timeout"), StepResult(ok=True, content="{}")])
+    outcome = drive(wf.plan({"order_id": "A"}), lambda c: next(answers))
+    assert outcome.ok and outcome.calls == 2
+    assert [c["status"] for c in json.loads(outcome.content)["calls"]] == ["retried", "ok"]
+    twice = iter([StepResult(ok=False, content="timeout")] * 2)
+    assert not drive(wf.plan({"order_id": "A"}), lambda c: next(twice)).ok

@@ -78,13 +78,14 @@ def detect_loop(
         # the occurrences since the last one that brought new information: a result that
         # differs from the one before it, for a poll or for arguments that are only
         # equivalent to those that gave that result
-        first, previous = 0, None
+        first = 0
+        previous: tuple[int, int] | None = None
         for i, (digest, exact) in enumerate(seen):
             if digest is None:
                 continue
-            changed = previous is not None and digest != previous[0]
-            if changed and (c["name"] in poll_tools or exact != previous[1]):
-                first = i
+            if previous is not None and digest != previous[0]:  # noqa: SIM102
+                if c["name"] in poll_tools or exact != previous[1]:
+                    first = i
             previous = (digest, exact)
         if len(seen) - first >= same_call:
             return repeated(c["name"], len(seen) - first)

@@ -21,22 +21,41 @@ from pydantic import BaseModel, Field
 
 from evoharness.harness import ConfigError
 from evoharness.sdk.registry import ArtifactNotFound, ArtifactVersion, Registry, RegistryEvent
+from evoharness.sdk.serving.errors import AdapterLoadError
 
 KIND = "adapter"
 REJECTED = "gate-rejected"
 AdapterStatus = Literal["active", "candidate", "rejected", "published"]
 
 
-def adapter_checksum(directory: Path | str) -> str:
-    """SHA-256 over the adapter's files (names and bytes, sorted; tokenizer files excluded)."""
+def adapter_checksum(directory: Path | str, *, adapter: str = "") -> str:
+    """SHA-256 over the adapter's files (names and bytes, sorted; tokenizer files excluded).
+
+    Raises:
+        AdapterLoadError: The directory is missing or unreadable (``adapter`` names it).
+        ConfigError: The directory holds no PEFT adapter.
+    """
     root = Path(directory)
-    files = sorted(p for p in root.iterdir() if p.is_file() and p.name.startswith("adapter_"))
-    if not any(p.name == "adapter_config.json" for p in files):
-        raise ConfigError(f"{root} is not a PEFT adapter (no adapter_config.json)", field="path")
-    h = hashlib.sha256()
-    for p in files:
-        h.update(p.name.encode() + b"\0")
-        h.update(p.read_bytes())
+    label = f"adapter {adapter} at {root}" if adapter else f"adapter directory {root}"
+    try:
+        files = sorted(p for p in root.iterdir() if p.is_file() and p.name.startswith("adapter_"))
+        if not any(p.name == "adapter_config.json" for p in files):
+            raise ConfigError(
+                f"{root} is not a PEFT adapter (no adapter_config.json)", field="path"
+            )
+        h = hashlib.sha256()
+        for p in files:
+            h.update(p.name.encode() + b"\0")
+            h.update(p.read_bytes())
+    except OSError as exc:
+        why = "does not exist" if isinstance(exc, FileNotFoundError) else "cannot be read"
+        raise AdapterLoadError(
+            f"{label} {why} ({type(exc).__name__}: {exc.strerror or exc}): restore the "
+            "directory, or train and publish a new version",
+            adapter=adapter,
+            path=str(root),
+            reason=f"{type(exc).__name__}: {exc}",
+        ) from exc
     return "sha256:" + h.hexdigest()
 
 
@@ -60,12 +79,24 @@ def publish_adapter(
     """Publish a trained adapter as the next immutable version of ``policy``.
 
     Raises:
+        AdapterLoadError: ``adapter_dir`` is missing or its files cannot be read.
         ConfigError: ``adapter_dir`` is not a PEFT adapter, or it carries
             ``modules_to_save`` (vLLM cannot serve that).
     """
     root = Path(adapter_dir).resolve()
-    checksum = adapter_checksum(root)
-    config = json.loads((root / "adapter_config.json").read_text())
+    checksum = adapter_checksum(root, adapter=policy)
+    try:
+        config = json.loads((root / "adapter_config.json").read_text())
+        if not isinstance(config, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        raise AdapterLoadError(
+            f"adapter {policy} at {root}: adapter_config.json cannot be read "
+            f"({type(exc).__name__}: {exc}); save the adapter again (save_pretrained)",
+            adapter=policy,
+            path=str(root),
+            reason=f"{type(exc).__name__}: {exc}",
+        ) from exc
     if config.get("modules_to_save"):
         raise ConfigError(
             f"adapter {root} has modules_to_save={config['modules_to_save']}: vLLM cannot serve "
@@ -94,9 +125,14 @@ def publish_adapter(
 
 
 def verified_path(version: ArtifactVersion) -> Path:
-    """The adapter directory of ``version``, after checking its files still match."""
+    """The adapter directory of ``version``, after checking its files still match.
+
+    Raises:
+        AdapterLoadError: The directory was deleted or cannot be read.
+        ConfigError: The files changed after publishing.
+    """
     path = Path(version.content["path"])
-    actual = adapter_checksum(path)
+    actual = adapter_checksum(path, adapter=served_name(version))
     if actual != version.content["checksum"]:
         raise ConfigError(
             f"adapter {served_name(version)} at {path} changed after publishing "

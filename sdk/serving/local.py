@@ -15,6 +15,13 @@ so an adapter sees at serving time the token ids it was trained on. A reply whos
 did not parse (the harness answers them with an error observation) is shown to the model as
 the text it really wrote, not as the empty-argument call the harness keeps in the history.
 
+A version that cannot serve (its load failed, or it was unloaded) does not fail the sessions
+routed to it: they are served by the previous active version that is loaded, else the base
+model, and the reply says so (``response_metadata["adapter"]`` is the version that served,
+``response_metadata["adapter_fallback"]`` what was asked for and why). A load that fails
+raises :class:`~evoharness.sdk.serving.errors.AdapterLoadError` naming the adapter and its
+directory, and leaves the pool as it was.
+
 Successive calls of a session share their prefix (the previous prompt and reply): the pool
 keeps the attention cache of its last few completions per adapter and prefills only the new
 tokens (the prefix caching an inference server does).
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import re
 import threading
 import time
@@ -53,9 +61,19 @@ from pydantic import ConfigDict, Field
 
 from evoharness.harness import ConfigError
 from evoharness.harness.control.reply_check import MALFORMED_KEY
+from evoharness.sdk.serving.errors import AdapterLoadError
+
+log = logging.getLogger("evoharness.serving")
 
 BASE = "base"
 """The version name that means the base model with no adapter."""
+
+FALLBACK_KEY = "adapter_fallback"
+"""Where a reply served by a fallback version says so (``response_metadata``):
+``{"requested": ..., "served": ..., "reason": ...}``."""
+
+_SERVED = re.compile(r"^(?P<policy>.+)-v(?P<version>\d+)$")
+_HISTORY = 16  # versions a router remembers having activated (its fallbacks)
 
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
@@ -141,6 +159,7 @@ class SessionRouter:
 
     def __init__(self, active: str = BASE) -> None:
         self._active = active
+        self._history = [active]  # activated versions, oldest first, each once
         self._pins: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -153,6 +172,18 @@ class SessionRouter:
         """Route new sessions to ``version`` (pinned sessions keep theirs)."""
         with self._lock:
             self._active = version
+            if version in self._history:
+                self._history.remove(version)
+            self._history.append(version)
+            del self._history[:-_HISTORY]
+
+    def previous(self, version: str) -> list[str]:
+        """The versions active before ``version`` was activated, newest first (all that were
+        active when it never was): where its sessions fall back when it cannot serve."""
+        with self._lock:
+            history = self._history
+            before = history[: history.index(version)] if version in history else history
+            return before[::-1]
 
     def version_for(self, session: str | None) -> str:
         """The version serving ``session`` (pinning it on first sight); ``None``: active."""
@@ -213,6 +244,9 @@ class AdapterPool:
         self._prefixes: list[tuple[str, list[int], Any]] = []
         self.prefill_tokens = 0
         """Prompt tokens actually prefilled (the rest came from the prefix cache)."""
+        self.load_failures: dict[str, str] = {}
+        """Adapter name -> why its last load failed (cleared by a load that succeeds)."""
+        self._warned: set[str] = set()
 
     @property
     def adapters(self) -> dict[str, str]:
@@ -220,7 +254,13 @@ class AdapterPool:
         return dict(self._paths)
 
     def load(self, name: str, path: str | Path) -> None:
-        """Load the adapter at ``path`` as ``name`` (a loaded name is never re-pointed)."""
+        """Load the adapter at ``path`` as ``name`` (a loaded name is never re-pointed).
+
+        Raises:
+            ConfigError: ``name`` is reserved or already loaded from another directory.
+            AdapterLoadError: The directory is missing, a file is unreadable or corrupt, or
+                the adapter does not fit the base model; the pool is left as it was.
+        """
         if name == BASE:
             raise ConfigError(f"{BASE!r} is reserved for the base model", field="name")
         path = str(path)
@@ -233,15 +273,79 @@ class AdapterPool:
                         field="name",
                     )
                 return
-            if not self._peft:
-                from peft import PeftModel
-
-                self.model = PeftModel.from_pretrained(self.model, path, adapter_name=name)
-                self.model.eval()
-                self._peft = True
-            else:
-                self.model.load_adapter(path, adapter_name=name)
+            try:
+                if not Path(path).is_dir():  # PEFT would look the path up on the Hub
+                    raise FileNotFoundError(
+                        "the directory does not exist"
+                        if not Path(path).exists()
+                        else "it is not a directory"
+                    )
+                self._load_peft(name, path)
+            except Exception as exc:  # PEFT, safetensors, json and torch each raise their own
+                self._discard(name)
+                reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+                self.load_failures[name] = reason
+                raise AdapterLoadError(
+                    f"adapter {name!r} could not be loaded from {path} ({reason}); restore its "
+                    "files or publish a new version (sessions routed to it are served by the "
+                    "previous active version meanwhile)",
+                    adapter=name,
+                    path=path,
+                    reason=reason,
+                ) from exc
+            self.load_failures.pop(name, None)
             self._paths[name] = path
+
+    def _load_peft(self, name: str, path: str) -> None:
+        if not self._peft:
+            from peft import PeftModel
+
+            self.model = PeftModel.from_pretrained(self.model, path, adapter_name=name)
+            self.model.eval()
+            self._peft = True
+        else:
+            self.model.load_adapter(path, adapter_name=name)
+
+    def _discard(self, name: str) -> None:
+        """Undo what a failed load of ``name`` left: PEFT injects an adapter's layers before
+        it reads the weights, so a corrupt or mismatched file leaves them behind."""
+        if self._peft:
+            if name in getattr(self.model, "peft_config", {}):
+                active = self.model.active_adapter
+                self.model.delete_adapter(name)
+                if active != name and active in self._paths:
+                    self.model.set_adapter(active)
+            return
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        for key, module in list(self.model.named_modules()):
+            if isinstance(module, BaseTunerLayer):
+                parent, _, child = key.rpartition(".")
+                setattr(self.model.get_submodule(parent), child, module.get_base_layer())
+        if hasattr(self.model, "peft_config"):
+            del self.model.peft_config
+
+    def resolve(self, version: str, previous: Sequence[str] = ()) -> tuple[str, str | None]:
+        """The version that serves a call asked for ``version``, and why when they differ.
+
+        ``version`` itself when it is loaded (or the base); else the first of ``previous``
+        (the versions active before it, newest first) that is loaded; else the newest loaded
+        version of the same policy older than it (``<policy>-v<K>``, K < N); else the base.
+        """
+        with self._lock:
+            loaded = set(self._paths)
+            failed = self.load_failures.get(version)
+        if version == BASE or version in loaded:
+            return version, None
+        served = next((v for v in previous if v == BASE or v in loaded), None)
+        if served is None:
+            served = _older_of_policy(version, loaded) or BASE
+        why = f"its load failed ({failed})" if failed else "it is not loaded"
+        reason = f"adapter {version!r} cannot serve: {why}; served by {served!r}"
+        if version not in self._warned:  # once per version: every call would repeat it
+            self._warned.add(version)
+            log.warning("%s", reason)
+        return served, reason
 
     def unload(self, name: str) -> None:
         """Drop an adapter from memory."""
@@ -418,6 +522,22 @@ def _cache_arg() -> str:
     return "cache" if "cache" in fields else "past_key_values"
 
 
+def _older_of_policy(version: str, loaded: set[str]) -> str | None:
+    """The newest of ``loaded`` named ``<policy>-v<K>`` with K below ``version``'s N."""
+    match = _SERVED.match(version)
+    if match is None:
+        return None
+    best: tuple[int, str] | None = None
+    for name in loaded:
+        other = _SERVED.match(name)
+        if other is None or other["policy"] != match["policy"]:
+            continue
+        k = int(other["version"])
+        if k < int(match["version"]) and (best is None or k > best[0]):
+            best = (k, name)
+    return best[1] if best else None
+
+
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -459,8 +579,19 @@ class LocalChatModel(BaseChatModel):
         return "evoharness-local"
 
     def with_adapter(self, adapter: str) -> LocalChatModel:
-        """A copy that serves ``adapter`` on every call (the session door pins it)."""
+        """A copy that serves ``adapter`` on every call (the session door pins it); when it
+        cannot serve, the newest loaded older version of its policy does, else the base."""
         return self.model_copy(update={"adapter": adapter, "router": None})
+
+    def _serving(self, requested: str) -> tuple[str, str | None]:
+        """The version serving a call routed to ``requested``, and why when it is another
+        (a pool without :meth:`AdapterPool.resolve`, such as a test's stand-in, serves it)."""
+        resolve = getattr(self.pool, "resolve", None)
+        if resolve is None:
+            return requested, None
+        previous = self.router.previous(requested) if self.router is not None else ()
+        served, reason = resolve(requested, previous)
+        return str(served), reason
 
     def bind_tools(
         self, tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool], **kwargs: Any
@@ -502,7 +633,8 @@ class LocalChatModel(BaseChatModel):
     ) -> ChatResult:
         tools = kwargs.get("tools")
         session = kwargs.get("session") or current_session()
-        version = self.router.version_for(session) if self.router else self.adapter
+        requested = self.router.version_for(session) if self.router else self.adapter
+        version, fallback = self._serving(requested)
         text, prompt_ids, completion_ids = self.pool.generate(
             to_chat(messages),
             tools=tools,
@@ -511,17 +643,20 @@ class LocalChatModel(BaseChatModel):
             temperature=self.temperature,
         )
         content, calls, invalid = parse_tool_calls(text)
+        meta: dict[str, Any] = {
+            "model_name": f"{self.pool.base_model}:{version}",
+            "adapter": version,
+            "prompt_token_ids": prompt_ids,
+            "completion_token_ids": completion_ids,
+            "raw_text": text,
+        }
+        if fallback is not None:
+            meta[FALLBACK_KEY] = {"requested": requested, "served": version, "reason": fallback}
         message = AIMessage(
             content=content,
             tool_calls=calls,
             invalid_tool_calls=invalid,
-            response_metadata={
-                "model_name": f"{self.pool.base_model}:{version}",
-                "adapter": version,
-                "prompt_token_ids": prompt_ids,
-                "completion_token_ids": completion_ids,
-                "raw_text": text,
-            },
+            response_metadata=meta,
             usage_metadata={
                 "input_tokens": len(prompt_ids),
                 "output_tokens": len(completion_ids),

@@ -11,20 +11,26 @@ Two sources:
   ``SessionRouter.version_for``): the callable decides and serves; the door records it.
 
 The trace records ``adapter/<policy>`` with the version number, and ``adapter_version``
-with the served name.
+with the served name. A call that the serving model answered with another version (the
+pinned one could not be loaded: ``LocalChatModel`` falls back to the previous version or the
+base) adds an ``adapter_degraded`` event with the version asked for, the one that served and
+why; the generation's ``model`` names the version that served.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
-from langchain.agents.middleware import AgentMiddleware, ModelRequest
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage
 
 from evoharness.harness.errors import ConfigError
+from evoharness.harness.events import EventLog
 from evoharness.sdk.registry.base import Registry
+from evoharness.sdk.serving.local import FALLBACK_KEY
 from evoharness.sdk.session.door import PinnedRequestMiddleware, Resolved, SessionContext, pinned
 
 __all__ = [
@@ -130,21 +136,25 @@ class RouterAdapterSource:
             name, version = self.name, served
         return Resolved(ADAPTER, name, version=version, detail={"served": served})
 
-    def middleware(self) -> None:
-        """None: the callable's model serves the adapter itself."""
-        return
+    def middleware(self) -> AgentMiddleware[Any, Any, Any]:
+        """Records the calls the serving model answered with a fallback version (the
+        callable's model serves the adapter itself)."""
+        return PinnedAdapterMiddleware(self.name)
 
 
 class PinnedAdapterMiddleware(PinnedRequestMiddleware):
-    """Serves every model call of a session with the session's pinned adapter.
+    """Serves every model call of a session with the session's pinned adapter, and records
+    (``adapter_degraded``) a reply that another version served.
 
     Args:
         adapter: The adapter artifact whose pinned version it serves.
+        events: Where the fallbacks are recorded (the tracer subscribes).
     """
 
-    def __init__(self, adapter: str) -> None:
+    def __init__(self, adapter: str, *, events: EventLog | None = None) -> None:
         super().__init__()
         self.adapter = adapter
+        self.events = events if events is not None else EventLog()
 
     @property
     def name(self) -> str:
@@ -155,3 +165,29 @@ class PinnedAdapterMiddleware(PinnedRequestMiddleware):
         if got is None or not isinstance(got.value, str):
             return request  # no adapter active: the base model serves
         return request.override(model=model_with_adapter(request.model, got.value))
+
+    def report(self, response: ModelResponse[Any] | AIMessage) -> None:
+        """Record the fallback the serving model noted on its reply, if it noted one."""
+        result = [response] if isinstance(response, AIMessage) else response.result
+        reply = next((m for m in reversed(result) if isinstance(m, AIMessage)), None)
+        fallback = reply.response_metadata.get(FALLBACK_KEY) if reply is not None else None
+        if isinstance(fallback, dict):
+            self.events.emit("adapter_degraded", self.name, adapter=self.adapter, **fallback)
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        response = handler(self.rewrite(request))
+        self.report(response)
+        return response
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        response = await handler(self.rewrite(request))
+        self.report(response)
+        return response

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from evoharness.evolve.weights.versions import (
 )
 from evoharness.harness import ConfigError
 from evoharness.sdk.registry import open_registry
+from evoharness.sdk.serving.errors import AdapterLoadError
 
 
 def _adapter(path: Path, seed: int, **config: object) -> Path:
@@ -120,4 +122,26 @@ def test_checksum_guards_served_files_and_vllm_compatibility(tmp_path: Path) -> 
         )
     with pytest.raises(ConfigError, match="not a PEFT adapter"):
         adapter_checksum(tmp_path)
+    reg.close()
+
+
+def test_a_missing_or_unreadable_adapter_directory_is_named(tmp_path: Path) -> None:
+    reg = open_registry(tmp_path / "registry.db")
+    path = _adapter(tmp_path / "a", 1)
+    v = publish_adapter(reg, "p", path, base_model="m")
+    shutil.rmtree(path)  # deleted after publishing
+    with pytest.raises(AdapterLoadError, match=r"adapter p-v1 at .* does not exist") as info:
+        verified_path(v)
+    assert (info.value.adapter, info.value.path) == ("p-v1", str(path.resolve()))
+    assert isinstance(info.value, ConfigError) and "publish a new version" in str(info.value)
+    with pytest.raises(AdapterLoadError, match=r"adapter p at .*gone does not exist"):
+        publish_adapter(reg, "p", tmp_path / "gone", base_model="m")
+    a_file = _adapter(tmp_path / "b", 2) / "adapter_config.json"
+    with pytest.raises(AdapterLoadError, match="cannot be read"):
+        publish_adapter(reg, "p", a_file, base_model="m")
+    broken = _adapter(tmp_path / "c", 3)
+    (broken / "adapter_config.json").write_text("{cut in hal")
+    with pytest.raises(AdapterLoadError, match=r"adapter_config\.json cannot be read"):
+        publish_adapter(reg, "p", broken, base_model="m")
+    assert [x.version for x in reg.versions("adapter", "p")] == [1]  # nothing half-published
     reg.close()

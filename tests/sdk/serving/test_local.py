@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from typing import Any
 
 import pytest
@@ -13,8 +12,6 @@ from langchain_core.tools import tool
 
 from evoharness.harness import ConfigError
 from evoharness.sdk.serving.local import BASE, SessionRouter, parse_tool_calls, to_chat
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def test_parse_valid_and_invalid_tool_calls() -> None:
@@ -50,34 +47,6 @@ def test_session_router_pins_sessions() -> None:
     assert router.version_for("a") == "p-v1"
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
-    """A tiny base model and two distinct LoRA adapters saved next to it."""
-    for module in ("torch", "transformers", "peft"):
-        pytest.importorskip(module, reason="the train extra is not installed (see docs/weights.md)")
-    import torch
-    from peft import get_peft_model
-
-    from evoharness.evolve.weights.config import LoRASpec
-    from evoharness.evolve.weights.tiny import build_tiny_model
-    from evoharness.sdk.serving.base_models import load_model
-
-    root = tmp_path_factory.mktemp("serving")
-    corpus = ['<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call> hello'] * 20
-    base = str(build_tiny_model(root / "base", corpus))
-    adapters = []
-    for seed in (1, 2):
-        torch.manual_seed(seed)
-        model = get_peft_model(load_model(base), LoRASpec(r=4).peft())
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if "lora_B" in name:
-                    p.normal_(0, 2.0)  # a strong, distinct adapter per seed
-        model.save_pretrained(root / f"v{seed}")
-        adapters.append(str(root / f"v{seed}"))
-    return base, adapters[0], adapters[1]
-
-
 def test_hot_swap_and_session_pinning(served: tuple[str, str, str]) -> None:
     from evoharness.sdk.serving.local import AdapterPool, LocalChatModel
 
@@ -109,9 +78,8 @@ def test_hot_swap_and_session_pinning(served: tuple[str, str, str]) -> None:
     assert pool.swap_seconds  # set_adapter ran between versions
     with pytest.raises(ConfigError, match="immutable"):
         pool.load("p-v1", v2)
-    pool.unload("p-v1")
-    with pytest.raises(ConfigError, match="not loaded"):
-        ask("s1")
+    pool.unload("p-v1")  # s1 falls back to what was active before v1: the base model
+    assert ask("s1") == (BASE, base_ids)
 
 
 def test_tools_are_rendered_by_the_chat_template(served: tuple[str, str, str]) -> None:

@@ -10,10 +10,10 @@ Example:
 from __future__ import annotations
 
 from evoharness.harness.errors import ConfigError
-from evoharness.sdk.executors.base import Executor, OnDone
+from evoharness.sdk.executors.base import Executor, ItemsFailedError, OnDone
 from evoharness.sdk.executors.local import LocalExecutor, LocalMode
 
-__all__ = ["Executor", "LocalExecutor", "LocalMode", "OnDone", "open_executor"]
+__all__ = ["Executor", "ItemsFailedError", "LocalExecutor", "LocalMode", "OnDone", "open_executor"]
 
 
 def open_executor(spec: str = "processes", *, workers: int | None = None) -> Executor:

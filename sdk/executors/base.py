@@ -12,11 +12,31 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from evoharness.harness.errors import RunError
+
 T = TypeVar("T")
 R = TypeVar("R")
 
 OnDone = Callable[[int, Any], None]
 """Called in the caller's thread as each item finishes: ``(index, result)``."""
+
+
+class ItemsFailedError(RunError):
+    """Items of a map were lost to system failures (their worker died, its node went away)
+    more often than the executor retries; every other item ran to the end.
+
+    An exception raised by the mapped function itself is not this: it comes back as its own
+    type, as on every backend.
+
+    Attributes:
+        failed: Item index -> why it was lost (the last failure).
+        results: The results in input order, ``None`` at the failed indices.
+    """
+
+    def __init__(self, message: str, *, failed: dict[int, str], results: list[Any]) -> None:
+        super().__init__(message)
+        self.failed = failed
+        self.results = results
 
 
 @runtime_checkable

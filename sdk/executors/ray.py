@@ -9,16 +9,25 @@ are read from the sequence only as the window has room. Finished tasks are colle
 :func:`ray.wait` over that window only, so progress is reported as tasks finish and the
 driver's bookkeeping costs O(items x window), not O(items²). Results come back in input
 order; a task's exception comes back as its original type (Ray wraps it; we unwrap it).
+
+A task whose worker died (killed, out of memory, its node lost) is run again, up to
+``max_retries`` times (Ray's retries of system failures; an exception the function raises is
+never retried). An item lost more often than that does not stop the map: every other item
+runs to the end, then :class:`~evoharness.sdk.executors.base.ItemsFailedError` names the
+lost items and carries the results of the others.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.extras import require_extra
-from evoharness.sdk.executors.base import OnDone
+from evoharness.sdk.executors.base import ItemsFailedError, OnDone
+
+log = logging.getLogger("evoharness.executors")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -36,6 +45,10 @@ class RayExecutor:
         max_in_flight: Tasks submitted and not yet collected, at most; ``None`` means twice
             the tasks the cluster can run at once (its CPUs / ``num_cpus``, read when a
             :meth:`map` starts), which keeps every worker busy while the next task waits.
+        max_retries: Times an item whose worker died is run again (system failures only;
+            an exception raised by the function is not retried). Items run more than once
+            when a worker dies mid-item, so the function should be safe to repeat (the judge's
+            shards skip what the shared state already holds).
     """
 
     def __init__(
@@ -46,6 +59,7 @@ class RayExecutor:
         num_cpus: float = 1.0,
         runtime_env: dict[str, Any] | None = None,
         max_in_flight: int | None = None,
+        max_retries: int = 2,
     ) -> None:
         if workers < 1:
             raise ConfigError(f"workers must be at least 1, got {workers}", field="workers")
@@ -57,11 +71,16 @@ class RayExecutor:
                 f"got {max_in_flight}",
                 field="max_in_flight",
             )
+        if max_retries < 0:
+            raise ConfigError(
+                f"max_retries must be 0 or more, got {max_retries}", field="max_retries"
+            )
         self._ray = require_extra("ray", extra="ray", feature="The Ray executor")
         self.name: str = "ray"
         self.workers = workers
         self.num_cpus = num_cpus
         self.max_in_flight = max_in_flight
+        self.max_retries = max_retries
         self._started_here = False
         if not self._ray.is_initialized():
             kwargs: dict[str, Any] = {
@@ -89,16 +108,26 @@ class RayExecutor:
     def map(
         self, fn: Callable[[T], R], items: Sequence[T], *, on_done: OnDone | None = None
     ) -> list[R]:
-        """``[fn(x) for x in items]`` as Ray tasks, results in input order."""
+        """``[fn(x) for x in items]`` as Ray tasks, results in input order.
+
+        Raises:
+            ItemsFailedError: Items whose worker died more than ``max_retries`` times (the
+                others ran; their results are on the error).
+            Exception: The first exception the function raised, as its own type (the
+                tasks still in flight are cancelled).
+        """
         ray = self._ray
         n = len(items)
         if n == 0:
             return []
         window = self.window()
-        remote = ray.remote(num_cpus=self.num_cpus, max_retries=0)(_call)
+        remote = ray.remote(
+            num_cpus=self.num_cpus, max_retries=self.max_retries, retry_exceptions=False
+        )(_call)
         # one copy of fn in the object store, not one pickled into every task spec
         fn_ref = ray.put(fn)
         results: list[Any] = [None] * n
+        lost: dict[int, str] = {}
         index: dict[Any, int] = {}  # in-flight ref -> item index (at most `window` entries)
         submitted = 0
         try:
@@ -114,13 +143,31 @@ class RayExecutor:
                     done = list(dict.fromkeys([*done, *more]))
                 for ref in done:
                     i = index.pop(ref)
-                    results[i] = _unwrap(ray, ref)
+                    try:
+                        results[i] = _unwrap(ray, ref)
+                    except ray.exceptions.RayTaskError:
+                        raise  # the function failed and its exception does not unpickle
+                    except ray.exceptions.RayError as exc:  # its worker died, retries spent
+                        lost[i] = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+                        log.warning("item %d lost after %d retries: %s", i, self.max_retries, exc)
+                        continue
                     if on_done is not None:
                         on_done(i, results[i])
         except BaseException:
             for ref in index:
                 ray.cancel(ref, force=True)
             raise
+        if lost:
+            first = ", ".join(f"item {i} ({why})" for i, why in list(lost.items())[:3])
+            raise ItemsFailedError(
+                f"{len(lost)} of {n} items were lost to system failures (a dead worker or "
+                f"node) on each of {self.max_retries + 1} tries: {first}"
+                f"{', ...' if len(lost) > 3 else ''}; "
+                "the other results are on the error (.results); raise max_retries or look "
+                "for what kills the workers (memory, a crashing extension)",
+                failed=lost,
+                results=results,
+            )
         return results
 
     def close(self) -> None:

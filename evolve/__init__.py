@@ -47,10 +47,10 @@ if TYPE_CHECKING:
         verdict_from,
     )
     from evoharness.evolve.judging.rubric import Rubric, RubricGenerator, RubricItem
+    from evoharness.evolve.judging.state import EvolveState
     from evoharness.evolve.memory.curation import LLMCurator, RuleProposer
     from evoharness.evolve.memory.reducer import MemoryOp, apply_feedback, confidence, reduce_ops
     from evoharness.evolve.routing.pools import DiagnosisPackage, RouteConfig, route_all, routes_for
-    from evoharness.evolve.judging.state import EvolveState
     from evoharness.sdk.memory import (
         MemoryEntry,
         MemoryRetriever,

@@ -12,12 +12,12 @@ from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSourc
 from evoharness.evolve.guard import diff_summary, propose_guard_rules
 from evoharness.evolve.judging.jobs import Grader, JudgeReport, judge_episodes
 from evoharness.evolve.judging.rubric import RubricGenerator
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.memory.curation import Proposer
 from evoharness.evolve.memory.reducer import apply_feedback, reduce_ops
 from evoharness.evolve.monitor.findings import is_internal
 from evoharness.evolve.routing.layers import LayerRouting, summarize_decisions
 from evoharness.evolve.routing.pools import RouteConfig, route_all
-from evoharness.evolve.state import EvolveState
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.memory import MemoryStore
 from evoharness.sdk.registry import GuardRuleVersions

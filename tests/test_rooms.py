@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -129,6 +131,108 @@ CHECKS = [upward_imports, leaf_imports, room_init_imports]
 def test_imports_flow_one_way_between_rooms(check: Check) -> None:
     found = [f for path, module, tree in _modules() for f in check(path, module, tree)]
     assert not found, found
+
+
+def _load_time_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The imports a module runs when it is loaded: not those in functions, nor those under
+    ``if TYPE_CHECKING:``."""
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If):
+            if ast.unparse(node.test) not in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                yield from _load_time_imports(node.body)
+            yield from _load_time_imports(node.orelse)
+        elif isinstance(node, ast.Try | ast.With | ast.ClassDef):
+            for block in ("body", "orelse", "finalbody"):
+                yield from _load_time_imports(getattr(node, block, []))
+            for handler in getattr(node, "handlers", []):
+                yield from _load_time_imports(handler.body)
+
+
+def _unit(module: str) -> str | None:
+    """What a module belongs to in the room graph: its room, or itself when it sits on
+    evolve's top level (``None`` outside evolve, for evolve's own ``__init__`` and for a
+    name that is no module)."""
+    parts = module.split(".")
+    if parts[:2] != ["evoharness", "evolve"] or len(parts) < 3:
+        return None
+    here = ROOT / "evolve" / parts[2]
+    return parts[2] if here.is_dir() or here.with_suffix(".py").is_file() else None
+
+
+def room_graph(modules: list[tuple[Path, str, ast.Module]]) -> dict[str, set[str]]:
+    """Evolve's rooms (and top-level modules), each with those it imports at load time."""
+    graph: dict[str, set[str]] = {}
+    for path, module, tree in modules:
+        unit = _unit(module)
+        if unit is None:
+            continue
+        edges = graph.setdefault(unit, set())
+        for node in _load_time_imports(tree.body):
+            if isinstance(node, ast.ImportFrom):
+                targets = _targets(
+                    _imported_module(node, module, path), [a.name for a in node.names]
+                )
+            else:
+                targets = [a.name for a in node.names]
+            edges |= {u for u in map(_unit, targets) if u is not None and u != unit}
+    return graph
+
+
+def cycle_in(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` (``[a, b, ..., a]``), or ``None``."""
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_rooms_import_each_other_without_a_cycle() -> None:
+    """A room's ``__init__`` imports its modules; a circle of rooms would make whichever is
+    imported first fail (a name read from a half-initialised module)."""
+    assert cycle_in(room_graph(_modules())) is None
+
+
+def test_every_evolve_module_imports_first() -> None:
+    """In one fresh interpreter: each evolve module imported as the first of evolve's, with
+    the others forgotten in between (what a worker process or a lazy ``__init__`` does)."""
+    code = """
+import importlib, sys
+bad = []
+for name in sys.argv[1:]:
+    for loaded in [m for m in sys.modules if m.split(".")[:2] == ["evoharness", "evolve"]]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:  # an extra that is not installed is not our business
+        if (exc.name or "").startswith("evoharness"):
+            bad.append(f"{name}: {exc!r}")
+    except Exception as exc:
+        bad.append(f"{name}: {exc!r}")
+print("\\n".join(bad))
+"""
+    names = [m for _, m, _ in _modules() if m.startswith("evoharness.evolve")]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *names], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert not done.stdout.strip(), done.stdout
 
 
 def test_evolve_top_level_is_a_handful_of_modules() -> None:

@@ -22,7 +22,7 @@ from evoharness.evolve.episodes.traces import Episode, ToolCallRecord
 from evoharness.evolve.judging.jobs import JudgePool, judge_episodes
 from evoharness.evolve.judging.judge import LLMJudge
 from evoharness.evolve.judging.rubric import RubricGenerator
-from evoharness.evolve.state import EvolveState
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.harness.errors import MissingExtraError
 from evoharness.sdk.executors import Executor, open_executor
 

@@ -33,8 +33,8 @@ from evoharness.evolve.environment import GENERIC, build_judge, build_rubrics, l
 from evoharness.evolve.episodes.traces import LocalTraceSource
 from evoharness.evolve.judging.jobs import judge_episodes
 from evoharness.evolve.judging.judge import Judge, RuleJudge, check_leaks, check_process
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.routing.pools import RouteConfig
-from evoharness.evolve.state import EvolveState
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.runner import TaskResult, run_tasks
 from evoharness.sdk.testing import ScriptedChatModel

@@ -59,8 +59,8 @@ from evoharness.evolve.environment import (
     load_plugin,
 )
 from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, LocalTraceSource
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.memory.reducer import MemoryOp, reduce_ops
-from evoharness.evolve.state import EvolveState
 from evoharness.harness.context import ContextConfig, ContextMiddleware
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.harness.tracing.store import RecordKind

@@ -40,10 +40,10 @@ from evoharness.evolve.judging.jobs import JudgePool, JudgeReport, judge_episode
 from evoharness.evolve.judging.judge import Judge, LLMJudge, RelativeJudge
 from evoharness.evolve.judging.prompts import JUDGE_PROMPT_KIND, JudgePrompts
 from evoharness.evolve.judging.rubric import RubricGenerator
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.memory.curation import LLMCurator
 from evoharness.evolve.routing.layers import LayerRouting
 from evoharness.evolve.routing.pools import route_all
-from evoharness.evolve.state import EvolveState
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk import cli as sdk_cli

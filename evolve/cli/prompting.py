@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from evoharness.evolve.cli.options import StateOption
 from evoharness.evolve.environment import load_plugin, runtime_of
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.prompting import (
     EvalResults,
     PairedEvaluation,
@@ -25,7 +26,6 @@ from evoharness.evolve.prompting import (
     run_prompt_layer,
 )
 from evoharness.evolve.prompting.layer import hand_off, record_proposal
-from evoharness.evolve.state import EvolveState
 from evoharness.harness import ConfigError
 from evoharness.sdk import cli as sdk_cli
 from evoharness.sdk.cli.options import (

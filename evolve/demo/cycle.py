@@ -20,7 +20,7 @@ from evoharness.evolve.environment import (
 )
 from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
 from evoharness.evolve.judging.jobs import judge_episodes
-from evoharness.evolve.state import EvolveState
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import Environment
 from evoharness.sdk.memory import MemoryEntry, MemoryStore, memory_provider

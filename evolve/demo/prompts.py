@@ -22,6 +22,7 @@ from evoharness.evolve.demo.cycle import DemoResult, run_demo
 from evoharness.evolve.environment import build_judge, build_rubrics, load_plugin, runtime_of
 from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
 from evoharness.evolve.judging.jobs import judge_episodes
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.prompting.evaluation import (
     EvalResults,
     PairedEvaluation,
@@ -37,7 +38,6 @@ from evoharness.evolve.prompting.layer import (
 )
 from evoharness.evolve.prompting.reflect import SimulatedReflector
 from evoharness.evolve.routing.pools import route_all
-from evoharness.evolve.state import EvolveState
 from evoharness.sdk.registry import open_registry
 from evoharness.sdk.rollout import Outcome, RolloutController
 

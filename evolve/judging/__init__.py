@@ -5,6 +5,8 @@ quality items); a :class:`Judge` (rules, signals, optionally an LLM and a relati
 turns an episode and its rubric into a :class:`Verdict`; :func:`judge_episodes` judges a
 batch (bounded, resumable, scores written back to the trace store), :class:`JudgePool` fans
 it out over an executor, and :func:`judge_session` grades a whole multi-turn session.
+:class:`EvolveState` keeps the judgments (what makes the job resumable) and, beside them,
+the routed pools, cursors and cycle reports of a project.
 """
 
 from evoharness.evolve.judging.jobs import (
@@ -18,6 +20,7 @@ from evoharness.evolve.judging.jobs import (
 )
 from evoharness.evolve.judging.judge import (
     DEFAULT_CHECKS,
+    GOOD_TOTAL,
     P2_FAIL_BELOW,
     Judge,
     JudgeFailure,
@@ -40,13 +43,16 @@ from evoharness.evolve.judging.rubric import (
     RubricItem,
 )
 from evoharness.evolve.judging.signals import SignalChecks, check_signals
+from evoharness.evolve.judging.state import EvolveState, Judgment
 
 __all__ = [
     "BASE_ITEMS",
     "DEFAULT_CHECKS",
+    "GOOD_TOTAL",
     "JUDGE_PROMPT_KIND",
     "P2_FAIL_BELOW",
     "RUBRIC_PROMPT_KIND",
+    "EvolveState",
     "Grader",
     "ItemOutcome",
     "ItemResult",
@@ -55,6 +61,7 @@ __all__ = [
     "JudgePool",
     "JudgePrompts",
     "JudgeReport",
+    "Judgment",
     "LLMJudge",
     "Priority",
     "RelativeJudge",

@@ -17,7 +17,7 @@ from evoharness.evolve.episodes.sessions import SessionView
 from evoharness.evolve.episodes.traces import Episode
 from evoharness.evolve.judging.judge import JudgeFailure, RelativeJudge, Verdict
 from evoharness.evolve.judging.rubric import Rubric, RubricGenerator, query_hash
-from evoharness.evolve.state import EvolveState
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.executors import Executor, LocalExecutor

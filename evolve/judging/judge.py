@@ -27,6 +27,11 @@ from evoharness.harness.errors import RunError
 from evoharness.harness.tracing.masking import SECRET_PATTERNS, Masker
 from evoharness.sdk.registry.base import content_hash
 
+GOOD_TOTAL = 0.8
+"""The total a goodcase needs (with success shown and every P0 passed): what feeds the SFT
+pool and strategy candidates (:class:`~evoharness.evolve.routing.pools.RouteConfig`'s
+``good_total``) and SFT datasets."""
+
 
 class Verdict(BaseModel):
     """A graded episode."""
@@ -43,6 +48,9 @@ class Verdict(BaseModel):
     rubric_version: str
     judge: str
     judge_prompt_version: str | None = None
+    environment: str | None = None
+    """The environment whose judge made it: the identity its scores carry
+    (``source="judge:<environment>"``); set by the judge job."""
     votes: int = 0
     disagreement: float | None = None
     items: list[ItemResult] = Field(default_factory=list)
@@ -60,6 +68,11 @@ class Verdict(BaseModel):
     def decided(self) -> bool:
         """Whether task success was decided either way."""
         return self.success is not None
+
+    def goodcase(self, min_total: float = GOOD_TOTAL) -> bool:
+        """A goodcase: success shown by evidence, every P0 passed, total at least
+        ``min_total``. Undecided and failed runs never are."""
+        return self.success is True and self.p0_pass and self.total >= min_total
 
 
 P2_FAIL_BELOW = 3.5

@@ -19,6 +19,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field, ValidationError
 
 from evoharness.evolve._json import extract_json
+from evoharness.harness.tracing.provenance import GENERIC_JUDGE
 from evoharness.sdk.registry.base import content_hash
 from evoharness.sdk.sqlite import open_sqlite
 
@@ -258,6 +259,8 @@ class RubricGenerator:
             ``rubric_prompt/default#<content hash>``).
         env_version: The environment's rubric version (part of :attr:`version`, so a new
             environment version re-grades what the old one judged).
+        environment: The environment whose judge these rubrics serve: the identity its
+            scores carry (``source="judge:<environment>"``; default ``generic``).
     """
 
     def __init__(
@@ -269,9 +272,11 @@ class RubricGenerator:
         prompt: str | None = None,
         prompt_version: str | None = None,
         env_version: str = "",
+        environment: str = GENERIC_JUDGE,
     ) -> None:
         self.model = model
         self.env_version = env_version
+        self.environment = environment
         self.extra_items = extra_items
         self.prompt = prompt or RUBRIC_PROMPT
         self.prompt_version = (

@@ -39,9 +39,9 @@ from evoharness.evolve.environment import EvolveEnvironment, lesson_hints_of
 from evoharness.evolve.episodes.cases import CaseKey, case_of
 from evoharness.evolve.episodes.traces import Episode, TraceSource
 from evoharness.evolve.judging.judge import P2_FAIL_BELOW, failed_items
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.monitor.findings import Finding, read_findings
 from evoharness.evolve.routing.pools import ROUTES
-from evoharness.evolve.state import EvolveState
 from evoharness.sdk.memory import MemoryEntry
 from evoharness.sdk.registry import ArtifactVersion, Registry, live_since
 

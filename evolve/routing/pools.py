@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from evoharness.evolve.episodes.traces import Episode
-from evoharness.evolve.judging.judge import P2_FAIL_BELOW, Verdict
-from evoharness.evolve.state import EvolveState
+from evoharness.evolve.judging.judge import GOOD_TOTAL, P2_FAIL_BELOW, Verdict
+from evoharness.evolve.judging.state import EvolveState
 
 GOOD = "goodcase"
 UNDECIDED = "undecided"
@@ -32,7 +32,7 @@ ROUTES = (
 class RouteConfig(BaseModel):
     """Routing thresholds."""
 
-    good_total: float = Field(0.8, ge=0.0, le=1.0, description="P0 pass and total >= this")
+    good_total: float = Field(GOOD_TOTAL, ge=0.0, le=1.0, description="P0 pass and total >= this")
     low_quality_p2: float = Field(P2_FAIL_BELOW, ge=1.0, le=5.0, description="P2 below: preference")
 
 
@@ -66,7 +66,7 @@ def routes_for(verdict: Verdict, config: RouteConfig | None = None) -> list[str]
     -> lesson candidates.
     """
     c = config or RouteConfig()
-    if verdict.success is True and verdict.p0_pass and verdict.total >= c.good_total:
+    if verdict.goodcase(c.good_total):
         return ["sft", "strategy_candidate"]
     if verdict.success is None and verdict.p0_pass:
         return [UNDECIDED, *(["replay", "lesson_candidate"] if verdict.p1_failures else [])]

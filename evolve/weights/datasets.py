@@ -3,7 +3,7 @@
 Episodes are read only through :class:`~evoharness.evolve.episodes.traces.TraceSource`, so the same
 build works from the local trace store and from Langfuse. Whether a run succeeded is decided by
 its verdict (:class:`~evoharness.evolve.judging.judge.Verdict`, e.g. from
-:meth:`EvolveState.verdicts <evoharness.evolve.state.EvolveState.verdicts>`) and/or the
+:meth:`EvolveState.verdicts <evoharness.evolve.judging.state.EvolveState.verdicts>`) and/or the
 environment's ``env_success`` score that the runner writes on every trace.
 """
 
@@ -24,7 +24,6 @@ from pydantic import BaseModel, Field
 from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
 from evoharness.evolve.judging.jobs import group_key
 from evoharness.evolve.judging.judge import Verdict
-from evoharness.evolve.routing.pools import routes_for
 from evoharness.evolve.weights.rows import DPORow, GRPOTask, SFTRow, chat_messages
 from evoharness.harness import ConfigError
 from evoharness.sdk.environment import Environment
@@ -73,7 +72,7 @@ def decide(episode: Episode, verdict: Verdict | None, gates: Gates) -> Decision:
         if isinstance(value, int | float):
             votes.append(value >= 1.0)
     if verdict is not None:
-        if "sft" in routes_for(verdict) and verdict.total >= gates.min_total:
+        if verdict.goodcase() and verdict.total >= gates.min_total:
             votes.append(True)
         elif (
             not verdict.p0_pass

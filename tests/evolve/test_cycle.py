@@ -15,8 +15,8 @@ from evoharness.evolve.demo.cycle import run_demo
 from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
 from evoharness.evolve.judging.judge import DEFAULT_CHECKS, Judge, RuleJudge
 from evoharness.evolve.judging.rubric import RubricGenerator
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.memory.curation import RuleProposer
-from evoharness.evolve.state import EvolveState
 from evoharness.examples.shop.env import ShopEnvironment
 from evoharness.examples.shop.judge import ShopRules
 from evoharness.harness.tracing import Tracer, TraceStore

@@ -10,8 +10,8 @@ from evoharness.evolve.cycle import CycleReport, run_cycle
 from evoharness.evolve.episodes.traces import LocalTraceSource
 from evoharness.evolve.judging.judge import Judge, RuleJudge
 from evoharness.evolve.judging.rubric import RubricGenerator
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.memory.curation import RuleProposer
-from evoharness.evolve.state import EvolveState
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import load_environment
 from evoharness.sdk.memory import MemoryStore

@@ -27,7 +27,7 @@ from evoharness.evolve.environment import (
 )
 from evoharness.evolve.episodes.traces import Episode, LocalTraceSource, ToolCallRecord
 from evoharness.evolve.judging.jobs import judge_episodes
-from evoharness.evolve.state import EvolveState
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import load_environment

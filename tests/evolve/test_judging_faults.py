@@ -14,7 +14,7 @@ from evoharness.evolve.episodes.traces import Episode, ToolCallRecord
 from evoharness.evolve.judging.jobs import fingerprint, judge_episodes
 from evoharness.evolve.judging.judge import Judge, RuleJudge, Verdict
 from evoharness.evolve.judging.rubric import RubricGenerator
-from evoharness.evolve.state import EvolveState
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.sdk.testing import ScriptedChatModel
 
 
@@ -72,7 +72,7 @@ def test_a_second_opener_does_not_add_the_migrated_columns_again(tmp_path: Path)
     import threading
     import time
 
-    from evoharness.evolve import state as state_module
+    from evoharness.evolve.judging import state as state_module
 
     path = tmp_path / "s.db"
     other = sqlite3.connect(path, isolation_level=None)

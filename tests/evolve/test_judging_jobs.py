@@ -33,7 +33,7 @@ from evoharness.evolve.judging.jobs import judge_episodes, judge_session
 from evoharness.evolve.judging.judge import JUDGE_PROMPT, Judge, LLMJudge, RuleJudge
 from evoharness.evolve.judging.prompts import JudgePrompts
 from evoharness.evolve.judging.rubric import RUBRIC_PROMPT, RubricGenerator
-from evoharness.evolve.state import EvolveState
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.memory import MemoryStore
 from evoharness.sdk.registry import open_registry

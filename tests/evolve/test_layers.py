@@ -18,6 +18,7 @@ from evoharness.evolve.environment import (
 from evoharness.evolve.episodes.traces import Episode, LocalTraceSource
 from evoharness.evolve.judging.judge import verdict_from
 from evoharness.evolve.judging.rubric import ItemResult, Rubric, RubricItem
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.monitor import Finding, record_findings
 from evoharness.evolve.routing.layers import (
     DECISIONS_KIND,
@@ -33,7 +34,6 @@ from evoharness.evolve.routing.layers import (
     summarize_decisions,
 )
 from evoharness.evolve.routing.pools import package
-from evoharness.evolve.state import EvolveState
 from evoharness.harness.tracing import TraceStore, new_span_id, root_span_id, trace_id_for
 from evoharness.sdk.memory import MemoryEntry, MemoryStore
 from evoharness.sdk.registry import open_registry

@@ -12,9 +12,9 @@ from evoharness.evolve.guard import propose_guard_rules
 from evoharness.evolve.judging.jobs import judge_episodes
 from evoharness.evolve.judging.judge import Verdict
 from evoharness.evolve.judging.rubric import Rubric, RubricGenerator
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.memory.reducer import DAY, MemoryOp, apply_feedback, confidence, reduce_ops
 from evoharness.evolve.routing.pools import RouteConfig, routes_for
-from evoharness.evolve.state import EvolveState
 from evoharness.harness import GuardRule, GuardRuleSet
 from evoharness.sdk.memory import (
     MemoryEntry,

@@ -9,8 +9,8 @@ from evoharness.evolve.episodes.traces import Episode
 from evoharness.evolve.judging.jobs import judge_episodes
 from evoharness.evolve.judging.judge import Verdict, verdict_from
 from evoharness.evolve.judging.rubric import ItemResult, Rubric, RubricGenerator, RubricItem
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.routing.pools import UNDECIDED, route_all
-from evoharness.evolve.state import EvolveState
 from evoharness.harness.tracing import TraceStore
 
 RUBRIC = Rubric(

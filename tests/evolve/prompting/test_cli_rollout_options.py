@@ -9,8 +9,8 @@ import prompt_world as pw
 import pytest
 
 from evoharness.evolve.cli import main
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.prompting import append_rules, close_worker_caches, ensure_prompt
-from evoharness.evolve.state import EvolveState
 from evoharness.sdk.prompts import RegistryPromptStore
 from evoharness.sdk.registry import open_registry
 from evoharness.sdk.rollout import RolloutController

@@ -15,7 +15,7 @@ from evoharness.evolve.episodes.traces import Episode, ToolCallRecord
 from evoharness.evolve.judging.jobs import JudgePool
 from evoharness.evolve.judging.judge import Judge, RuleJudge
 from evoharness.evolve.judging.rubric import RubricGenerator
-from evoharness.evolve.state import EvolveState
+from evoharness.evolve.judging.state import EvolveState
 from evoharness.harness import ConfigError, HookError
 from evoharness.sdk.executors import Executor, LocalExecutor, open_executor
 from evoharness.sdk.testing.workloads import fail_on_three, square, worker_pid

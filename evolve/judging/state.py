@@ -1,5 +1,9 @@
 """Evolve's own durable state: judgements and routed cases (SQLite, resumable jobs).
 
+It lives in judging: it stores verdicts and the judge job resumes from it, so a state
+beside the room would import judging and be imported by it. Routing, the cycle and the
+datasets read it from here.
+
 Every read a cycle makes is keyed by the batch's trace ids (indexed look-ups), so a cycle
 over N new episodes costs O(N) whatever the history holds.
 """

@@ -20,6 +20,9 @@ class TraceQuery:
         since / until: Start-time window (``since <= start_time < until``).
         status, session_id, user_id: Equality on indexed columns.
         tags: All of these tags (indexed side table).
+        without_tags: None of these tags (a primary-key look-up per trace read), e.g.
+            ``[OFFLINE_TAG]`` for production reads (see
+            :mod:`~evoharness.harness.tracing.provenance`).
         versions: Column equality, e.g. ``{"prompt_version": "3", "rollout_arm": "b"}``.
         artifacts: Artifact name -> version the run resolved (indexed side table).
         metadata: ``metadata`` key -> value equality (JSON, not indexed: combine it with a
@@ -37,6 +40,7 @@ class TraceQuery:
     session_id: str | None = None
     user_id: str | None = None
     tags: Sequence[str] = ()
+    without_tags: Sequence[str] = ()
     versions: dict[str, str] = field(default_factory=dict)
     artifacts: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -90,6 +94,11 @@ class TraceQuery:
                 )
             else:
                 where.append("id IN (SELECT owner FROM traces_tags WHERE value = ?)")
+            args.append(tag)
+        for tag in dict.fromkeys(self.without_tags):
+            where.append(
+                "NOT EXISTS (SELECT 1 FROM traces_tags g WHERE g.owner = traces.id AND g.value = ?)"
+            )
             args.append(tag)
         for name, version in self.artifacts.items():
             where.append("id IN (SELECT owner FROM traces_artifacts WHERE key = ? AND value = ?)")

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from .test_layering import ROOT, Check, _imported_module, _modules
+from .test_layering import test_the_checks_catch_what_they_forbid as catches
 
 LAYERS = ("harness", "sdk", "evolve")
 """Lowest first: a layer may import the ones before it."""
@@ -278,7 +279,4 @@ def test_evolve_top_level_is_a_handful_of_modules() -> None:
 def test_the_checks_catch_what_they_forbid(
     check: Check, file: str, source: str, caught: bool
 ) -> None:
-    path = ROOT / file
-    parts = Path(file).with_suffix("").parts
-    module = ".".join(("evoharness", *(parts[:-1] if parts[-1] == "__init__" else parts)))
-    assert bool(check(path, module, ast.parse(source))) is caught
+    catches(check, file, source, caught)  # the layering test's harness for its own checks

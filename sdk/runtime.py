@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import langsmith
-from langsmith.utils import tracing_is_enabled
 
 DefaultAioToThread = Callable[..., Awaitable[Any]]
 
@@ -33,6 +32,9 @@ async def run_inline_when_untraced(
     **kwargs: Any,
 ) -> Any:
     """LangSmith ``aio_to_thread`` override: inline when tracing is off, else the default."""
+    # imported here: langsmith.utils costs 0.3 s of CPU that every CLI start would pay
+    from langsmith.utils import tracing_is_enabled
+
     if tracing_is_enabled():
         return await default(ctx, func, *args, **kwargs)
     return ctx.run(func, *args, **kwargs)

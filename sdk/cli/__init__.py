@@ -13,16 +13,23 @@ stderr).
 from __future__ import annotations
 
 import sys
+import traceback
 from collections.abc import Sequence
 from importlib.metadata import version
 from typing import Annotated
 
 import typer
 
-from evoharness.harness import ConfigError
 from evoharness.sdk.cli import prompts, registry, traces
 from evoharness.sdk.cli import run as run_cmd
 from evoharness.sdk.cli.console import console
+from evoharness.sdk.cli.error_line import (
+    DEBUG_ENV,
+    REPORTED,
+    error_line,
+    exit_code,
+    wants_traceback,
+)
 from evoharness.sdk.cli.options import TRACE_DB
 from evoharness.sdk.runtime import inline_untraced_bookkeeping
 
@@ -46,6 +53,12 @@ def _root(
     show_version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print version.")
     ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", help=f"Print the traceback behind an error line (or {DEBUG_ENV}=1)."
+        ),
+    ] = False,
 ) -> None:
     """evoharness: a production harness for LangChain agents."""
 
@@ -67,7 +80,11 @@ def build_app() -> typer.Typer:
 
 
 def run_app(app: typer.Typer, argv: Sequence[str] | None = None) -> int:
-    """Run ``app`` on ``argv`` and map errors onto exit codes (2: usage or configuration)."""
+    """Run ``app`` on ``argv`` and map errors onto exit codes and one line on stderr.
+
+    2: usage, configuration or bad input; 1: the work failed; 130: interrupted. With
+    ``--verbose`` (or ``EVOHARNESS_DEBUG=1``) the traceback comes first.
+    """
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
     inline_untraced_bookkeeping()  # this process is ours: cheaper async middleware
     try:
@@ -80,9 +97,14 @@ def run_app(app: typer.Typer, argv: Sequence[str] | None = None) -> int:
     except typer.TyperException as exc:  # click usage errors: bad option, bad value
         sys.stderr.write(f"evoharness: error: {exc.format_message()}\n")
         return 2 if exc.exit_code == 2 else 1
-    except ConfigError as exc:
-        sys.stderr.write(f"evoharness: error: {exc}\n")
-        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("evoharness: interrupted\n")
+        return 130
+    except REPORTED as exc:  # the project's errors and bad input: one line, never a traceback
+        if wants_traceback(args):
+            traceback.print_exc()
+        sys.stderr.write(f"evoharness: error: {error_line(exc, args)}\n")
+        return exit_code(exc)
     finally:
         inline_untraced_bookkeeping(False)
     return result if isinstance(result, int) else 0

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from evoharness.harness.errors import ConfigError
@@ -30,17 +33,11 @@ from evoharness.sdk.cli.options import (
     StagesOption,
     ToleranceOption,
 )
-from evoharness.sdk.prompts import (
-    ACTIVE,
-    CANDIDATE,
-    PromptStore,
-    PromptTemplate,
-    diff_templates,
-)
-from evoharness.sdk.prompts.store import KIND
-from evoharness.sdk.registry import ArtifactNotFound, Registry, RegistryError, open_registry
-from evoharness.sdk.rollout import RolloutController, parse_stages, parse_tolerances
-from evoharness.sdk.rollout.traces import outcomes_from_store
+from evoharness.sdk.cli.stores import trace_store
+
+if TYPE_CHECKING:  # imported where they run: --help and argument errors need none of them
+    from evoharness.sdk.prompts import PromptStore, PromptTemplate
+    from evoharness.sdk.registry import Registry
 
 __all__ = ["app"]
 
@@ -49,18 +46,18 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 USER = os.environ.get("USER", "evoharness")  # who creates versions and starts rollouts
+KIND = "prompt"
+"""The prompts' artifact kind: :data:`evoharness.sdk.prompts.store.KIND` (a test checks),
+written here because importing that module costs a second that ``--help`` would pay."""
 
 
-def _open(registry: str, langfuse: bool) -> tuple[Registry, PromptStore]:
-    reg = open_registry(registry)
-    return reg, registry_cli.prompt_store(reg, langfuse)
+@contextmanager
+def _open(registry: str, langfuse: bool) -> Iterator[tuple[Registry, PromptStore]]:
+    """The registry (closed afterwards) and the prompt store on it."""
+    from evoharness.sdk.registry import open_registry
 
-
-def _fail(exc: Exception) -> typer.Exit:
-    if isinstance(exc, ConfigError):
-        raise exc
-    console.print(f"[red]error:[/red] {exc}")
-    return typer.Exit(1)
+    with open_registry(registry) as reg:
+        yield reg, registry_cli.prompt_store(reg, langfuse)
 
 
 @app.command("list")
@@ -68,7 +65,14 @@ def list_prompts(
     registry: RegistryOption = REGISTRY, langfuse: PromptsInLangfuseOption = False
 ) -> None:
     """Every prompt with its versions, the active one, and its rollout."""
-    reg, store = _open(registry, langfuse)
+    with _open(registry, langfuse) as (reg, store):
+        _list(reg, store)
+
+
+def _list(reg: Registry, store: PromptStore) -> None:
+    from evoharness.sdk.prompts import ACTIVE, CANDIDATE
+    from evoharness.sdk.rollout import RolloutController
+
     ctl = RolloutController(reg, store)
     table = Table("prompt", "versions", "active", "candidate", "rollout")
     for name in store.names():
@@ -78,11 +82,11 @@ def list_prompts(
         exp = ctl.current(name)
         roll = f"{exp.id} {exp.status} {exp.traffic:.0%}" if exp is not None else "-"
         table.add_row(
-            name,
+            escape(name),
             str(len(store.versions(name))),
-            f"v{active} ({sem})" if active is not None else "-",
+            escape(f"v{active} ({sem})") if active is not None else "-",
             f"v{labels[CANDIDATE]}" if CANDIDATE in labels else "-",
-            roll,
+            escape(roll),
         )
     console.print(table)
 
@@ -96,21 +100,23 @@ def show(
     langfuse: PromptsInLangfuseOption = False,
 ) -> None:
     """One version: metadata, sections (kind, static/dynamic, protected) and variables."""
-    _, store = _open(registry, langfuse)
-    try:
+    with _open(registry, langfuse) as (_, store):
         v = store.get(name, version, label=label)
-    except (ArtifactNotFound, RegistryError) as exc:
-        raise _fail(exc) from exc
     console.print(
-        f"[bold]{v.ref}[/bold] semver {v.semver} status {v.status} labels {v.labels or '-'}\n"
-        f"author {v.author} parent {v.parent if v.parent is not None else '-'} "
-        f"hash {v.content_hash[:19]}\nchangelog: {v.changelog or '-'}"
+        f"[bold]{escape(v.ref)}[/bold] "
+        + escape(
+            f"semver {v.semver} status {v.status} labels {v.labels or '-'}\n"
+            f"author {v.author} parent {v.parent if v.parent is not None else '-'} "
+            f"hash {v.content_hash[:19]}\nchangelog: {v.changelog or '-'}"
+        )
     )
     for s in v.template.sections:
         flags = ("dynamic" if s.is_dynamic else "static") + (", protected" if s.protected else "")
-        console.print(f"\n[bold]## {s.name}[/bold] ({s.kind}; {flags})\n{s.text}")
+        console.print(
+            f"\n[bold]## {escape(s.name)}[/bold] ({escape(s.kind)}; {flags})\n{escape(s.text)}"
+        )
     if v.template.variables:
-        console.print("\nvariables: " + json.dumps(v.template.variables))
+        console.print("\nvariables: " + json.dumps(v.template.variables), markup=False)
 
 
 @app.command("diff")
@@ -122,22 +128,37 @@ def diff(
     langfuse: PromptsInLangfuseOption = False,
 ) -> None:
     """Section-aware diff of two versions."""
-    _, store = _open(registry, langfuse)
-    try:
+    from evoharness.sdk.prompts import diff_templates
+
+    with _open(registry, langfuse) as (_, store):
         va, vb = store.get(name, a), store.get(name, b)
-    except (ArtifactNotFound, RegistryError) as exc:
-        raise _fail(exc) from exc
-    console.print(f"{va.ref} ({va.semver}) -> {vb.ref} ({vb.semver})")
+    console.print(f"{va.ref} ({va.semver}) -> {vb.ref} ({vb.semver})", markup=False)
     console.print(str(diff_templates(va.template, vb.template)), markup=False)
 
 
 def _template(path: Path) -> PromptTemplate:
-    text = path.read_text(encoding="utf-8")
+    from evoharness.sdk.prompts import PromptTemplate
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"--file {path}: not UTF-8 text (byte {exc.start}); pass a JSON template or a "
+            "plain-text prompt",
+            field="file",
+        ) from exc
+    if not text.strip():
+        raise ConfigError(f"--file {path} is empty; write the prompt into it", field="file")
     if path.suffix == ".json":
         try:
             return PromptTemplate.model_validate_json(text)
         except ValueError as exc:
-            raise ConfigError(f"{path}: not a prompt template: {exc}", field="file") from exc
+            first = str(exc).splitlines()[0]
+            raise ConfigError(
+                f"--file {path}: not a prompt template ({first}); write "
+                '{"sections": [{"name": ..., "kind": ..., "text": ...}]} or plain text',
+                field="file",
+            ) from exc
     return PromptTemplate.from_text(text.strip())
 
 
@@ -166,19 +187,20 @@ def create(
     langfuse: PromptsInLangfuseOption = False,
 ) -> None:
     """Publish a new version (a draft unless --activate)."""
-    _, store = _open(registry, langfuse)
-    v = store.create(
-        name,
-        _template(file),
-        semver=semver,
-        changelog=changelog,
-        author=author,
-        parent=parent,
-        allow_protected_changes=allow_protected,
-    )
-    if activate:
-        store.promote(name, v.version, actor=author, reason=changelog or "created active")
-    console.print(f"created {v.ref} ({v.semver}){' active' if activate else ''}")
+    template = _template(file)  # a bad file is refused before the registry is opened
+    with _open(registry, langfuse) as (_, store):
+        v = store.create(
+            name,
+            template,
+            semver=semver,
+            changelog=changelog,
+            author=author,
+            parent=parent,
+            allow_protected_changes=allow_protected,
+        )
+        if activate:
+            store.promote(name, v.version, actor=author, reason=changelog or "created active")
+    console.print(f"created {v.ref} ({v.semver}){' active' if activate else ''}", markup=False)
 
 
 @app.command("rollout")
@@ -194,9 +216,10 @@ def rollout(
     langfuse: PromptsInLangfuseOption = False,
 ) -> None:
     """Start a staged rollout of VERSION against the active version."""
+    from evoharness.sdk.rollout import RolloutController, parse_stages, parse_tolerances
+
     traffic, tolerances = parse_stages(stages), parse_tolerances(tolerance or [])
-    reg, store = _open(registry, langfuse)
-    try:
+    with _open(registry, langfuse) as (reg, store):
         exp = RolloutController(reg, store).start(
             name,
             version,
@@ -206,8 +229,6 @@ def rollout(
             actor=actor,
             reason=reason,
         )
-    except (ArtifactNotFound, RegistryError) as exc:
-        raise _fail(exc) from exc
     tol = ", ".join(f"{k} {v:g}" for k, v in exp.tolerances.items()) or "the engine's"
     console.print(
         f"started {exp.id}: v{version} vs control v{exp.control.version}, "
@@ -233,11 +254,19 @@ def status(
     langfuse: PromptsInLangfuseOption = False,
 ) -> None:
     """The rollout's state and recent decisions; with --db, the engine's decision now."""
-    reg, store = _open(registry, langfuse)
+    with _open(registry, langfuse) as (reg, store):
+        _status(reg, store, name, db=db, apply=apply)
+
+
+def _status(reg: Registry, store: PromptStore, name: str, *, db: Path | None, apply: bool) -> None:
+    from evoharness.sdk.prompts import ACTIVE
+    from evoharness.sdk.rollout import RolloutController
+    from evoharness.sdk.rollout.traces import outcomes_from_store
+
     ctl = RolloutController(reg, store)
     exp = ctl.current(name)
     labels = store.labels(name)
-    console.print(f"{name}: active v{labels.get(ACTIVE, '-')}, labels {labels}")
+    console.print(f"{name}: active v{labels.get(ACTIVE, '-')}, labels {labels}", markup=False)
     if exp is None:
         console.print("no rollout")
         return
@@ -253,9 +282,7 @@ def status(
         console.print(f"  {d.action:<8} {d.reason}", markup=False)
     if db is None or not exp.running:
         return
-    from evoharness.harness.tracing import TraceStore
-
-    traces = TraceStore(db)
+    traces = trace_store(db)
     try:
         outcomes = outcomes_from_store(traces, exp)
     finally:

@@ -17,13 +17,13 @@ import functools
 import inspect
 import json
 import os
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from evoharness.harness.errors import ConfigError
@@ -36,11 +36,10 @@ from evoharness.sdk.cli.options import (
     ReasonOption,
     RegistryOption,
 )
-from evoharness.sdk.prompts.store import ACTIVE, PromptStore, RegistryPromptStore
-from evoharness.sdk.prompts.store import KIND as PROMPT
-from evoharness.sdk.registry import Registry, RegistryError, open_registry
-from evoharness.sdk.registry._sql import pretty_json
-from evoharness.sdk.rollout import RolloutController
+
+if TYPE_CHECKING:  # imported where they run: --help and argument errors need none of them
+    from evoharness.sdk.prompts.store import PromptStore
+    from evoharness.sdk.registry import Registry
 
 __all__ = ["app", "for_kind", "promote", "prompt_store", "rollback"]
 
@@ -57,14 +56,18 @@ VersionArg = Annotated[
 ]
 
 
+ACTIVE = "active"
+"""The label a move takes by default: the registry's own default (``Registry.promote``)."""
+
+
 @contextmanager
 def _open(url: str) -> Iterator[Registry]:
-    try:
-        with open_registry(url) as reg:
-            yield reg
-    except RegistryError as exc:  # includes ArtifactNotFound
-        sys.stderr.write(f"evoharness: {exc}\n")
-        raise typer.Exit(1) from exc
+    """The registry at ``url``, closed afterwards; its errors (a missing version: exit 1, a
+    file that is no registry: exit 2) reach the CLI's one-line boundary."""
+    from evoharness.sdk.registry import open_registry
+
+    with open_registry(url) as reg:
+        yield reg
 
 
 def _when(at: float) -> str:
@@ -75,12 +78,12 @@ def _when(at: float) -> str:
 def list_names(kind: KindArg, registry: RegistryOption = REGISTRY) -> None:
     """Artifacts of one kind with their latest version and labels."""
     with _open(registry) as reg:
-        table = Table(title=f"{kind} artifacts")
+        table = Table(title=escape(f"{kind} artifacts"))
         for col in ("name", "latest", "labels"):
             table.add_column(col)
         for name in reg.names(kind):
             labels = ", ".join(f"{k}=v{v}" for k, v in reg.labels(kind, name).items())
-            table.add_row(name, f"v{reg.get(kind, name).version}", labels)
+            table.add_row(escape(name), f"v{reg.get(kind, name).version}", escape(labels))
         console.print(table)
 
 
@@ -91,17 +94,17 @@ def versions(kind: KindArg, name: NameArg, registry: RegistryOption = REGISTRY) 
         by_version: dict[int, list[str]] = {}
         for label, number in reg.labels(kind, name).items():
             by_version.setdefault(number, []).append(label)
-        table = Table(title=f"{kind}/{name}")
+        table = Table(title=escape(f"{kind}/{name}"))
         for col in ("version", "created (UTC)", "author", "parent", "hash", "labels"):
             table.add_column(col)
         for v in reg.versions(kind, name):
             table.add_row(
                 f"v{v.version}",
                 _when(v.created_at),
-                v.author,
+                escape(v.author),
                 "" if v.parent is None else f"v{v.parent}",
                 v.content_hash.removeprefix("sha256:")[:12],
-                ", ".join(sorted(by_version.get(v.version, []))),
+                escape(", ".join(sorted(by_version.get(v.version, [])))),
             )
         console.print(table)
 
@@ -117,6 +120,8 @@ def show(
     """One version as JSON (content, metadata, author, parent)."""
     with _open(registry) as reg:
         v = reg.get(kind, name, version, label=label)
+        from evoharness.sdk.registry._sql import pretty_json
+
         typer.echo(pretty_json(v.model_dump(mode="json")))
 
 
@@ -135,6 +140,8 @@ def diff(
 
 def prompt_store(reg: Registry, langfuse: bool) -> PromptStore:
     """Where prompt versions and labels live: ``reg``, or Langfuse with ``--langfuse``."""
+    from evoharness.sdk.prompts.store import RegistryPromptStore
+
     local = RegistryPromptStore(reg)
     if not langfuse:
         return local
@@ -165,6 +172,9 @@ def _move(
     langfuse: bool,
 ) -> None:
     """Move ``label`` and print where it points now; the one body of promote and rollback."""
+    from evoharness.sdk.prompts.store import KIND as PROMPT
+    from evoharness.sdk.rollout import RolloutController
+
     if langfuse and (kind, label) != (PROMPT, ACTIVE):
         raise ConfigError(
             "--langfuse moves the active label of a prompt only; drop it for other kinds and "
@@ -181,7 +191,9 @@ def _move(
             else:
                 d = rollout.rollback(name, reason=reason, actor=actor)
             now = store.labels(name).get(ACTIVE)
-            console.print(f"{kind}/{name} {label}: {_version(now)} (was {_version(was)})")
+            console.print(
+                f"{kind}/{name} {label}: {_version(now)} (was {_version(was)})", markup=False
+            )
             console.print(f"{d.action}: {d.reason}; active is v{now}", markup=False)
             return
         if action == "rollback":
@@ -190,7 +202,9 @@ def _move(
             raise ConfigError(f"name the version of {kind}/{name} to promote", field="version")
         else:
             e = reg.promote(kind, name, version, label=label, actor=actor, reason=reason)
-        console.print(f"{kind}/{name} {label}: v{e.version} (was {_version(e.previous)})")
+        console.print(
+            f"{kind}/{name} {label}: v{e.version} (was {_version(e.previous)})", markup=False
+        )
 
 
 @app.command()
@@ -292,12 +306,12 @@ def events(
         table.add_row(
             str(e.id),
             _when(e.at),
-            f"{e.kind}/{e.name}",
-            e.action,
-            e.label or "",
+            escape(f"{e.kind}/{e.name}"),
+            escape(e.action),
+            escape(e.label or ""),
             "" if e.version is None else f"v{e.version}",
             "" if e.previous is None else f"v{e.previous}",
-            e.actor,
-            e.reason,
+            escape(e.actor),
+            escape(e.reason),
         )
     console.print(table)

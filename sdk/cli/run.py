@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
+import re
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.markup import escape
 
-from evoharness.harness.tracing import Tracer, TraceStore
-from evoharness.sdk.cli.console import console
+from evoharness.sdk.cli.console import console, progress_bar
 from evoharness.sdk.cli.options import (
     TRACE_DB,
     ApiKeyEnvOption,
@@ -24,21 +21,24 @@ from evoharness.sdk.cli.options import (
     TaskLimitOption,
     TraceDbOption,
 )
-from evoharness.sdk.environment import load_environment
-from evoharness.sdk.models import EndpointUnreachableError, model_factory
-from evoharness.sdk.models import preflight as check_model_endpoint
-from evoharness.sdk.runner import (
-    RunReport,
-    TaskResult,
-    failure_summary,
-    run_tasks,
-    write_results,
-)
+
+if TYPE_CHECKING:  # imported where they run: --help and argument errors need none of them
+    from rich.table import Table
+
+    from evoharness.sdk.runner import RunReport, TaskResult
+
+
+def file_safe(name: str) -> str:
+    """``name`` as a piece of a file name: ``pkg.plugin:environment`` -> ``pkg.plugin-environment``
+    (a colon is a drive on Windows, a stream on NTFS and a path separator to scp and rsync)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "run"
 
 
 def results_table(title: str, reports: dict[str, RunReport]) -> Table:
     """A rich table with one column per labelled report."""
-    table = Table(title=title)
+    from rich.table import Table
+
+    table = Table(title=escape(title))
     table.add_column("metric")
     for label in reports:
         table.add_column(label, justify="right")
@@ -61,7 +61,7 @@ def results_table(title: str, reports: dict[str, RunReport]) -> Table:
         (f"harness: {k}", [str(r.event_counts.get(k, 0)) for r in reports.values()]) for k in events
     ]
     for name, cells in rows:
-        table.add_row(name, *cells)
+        table.add_row(escape(name), *cells)
     return table
 
 
@@ -90,21 +90,32 @@ def execute_run(
     With ``check_endpoint`` an unreachable model endpoint raises
     :class:`~evoharness.sdk.models.EndpointUnreachableError` before any task starts.
     """
+    import asyncio
+    import os
+
+    from evoharness.harness.tracing import Tracer, TraceStore
+    from evoharness.sdk.environment import load_environment
+    from evoharness.sdk.models import model_factory
+    from evoharness.sdk.models import preflight as check_model_endpoint
+    from evoharness.sdk.runner import RunReport, run_tasks, write_results
+
     options: dict[str, object] = {"faults": faults}
     if context:
         options["context"] = True
-    env = load_environment(env_name, **options)
-    tasks = list(env.tasks(split))[:limit] if limit else list(env.tasks(split))
-    factory = model_factory(
-        model,
-        env,
-        base_url=base_url,
-        api_key_env=api_key_env,
-        timeout_s=timeout_s,
-        max_retries=max_retries,
-    )
+    with console.status(f"loading environment {env_name}"):  # imports take seconds
+        env = load_environment(env_name, **options)
+        tasks = list(env.tasks(split))[:limit] if limit else list(env.tasks(split))
+        factory = model_factory(
+            model,
+            env,
+            base_url=base_url,
+            api_key_env=api_key_env,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+        )
     if check_endpoint:
-        check_model_endpoint(model, base_url=base_url, timeout_s=min(timeout_s or 10.0, 10.0))
+        with console.status(f"checking the endpoint of {model}"):
+            check_model_endpoint(model, base_url=base_url, timeout_s=min(timeout_s or 10.0, 10.0))
     middleware = env.harness_middleware if harness else None
     store = TraceStore(trace_db) if trace_db is not None else None
     exporter = None
@@ -115,15 +126,8 @@ def execute_run(
 
             exporter = LangfuseExporter(tracer.store)  # credentials from LANGFUSE_* variables
             exporter.start()
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress:
-            bar = progress.add_task(label, total=len(tasks))
+        with progress_bar() as progress:
+            bar = progress.add_task(escape(label), total=len(tasks))
             results = asyncio.run(
                 run_tasks(
                     env,
@@ -175,7 +179,10 @@ def run(
     faults: Annotated[str, typer.Option(help="Fault preset: demo or none.")] = "demo",
     harness: Annotated[bool, typer.Option(help="Wrap the agent in the harness.")] = True,
     out: Annotated[Path | None, typer.Option(help="Per-task results JSONL.")] = None,
-    trace_db: TraceDbOption = TRACE_DB,
+    db: TraceDbOption = TRACE_DB,
+    trace_db: Annotated[
+        Path | None, typer.Option("--trace-db", hidden=True, help="Old name of --db.")
+    ] = None,
     trace: Annotated[bool, typer.Option(help="Record traces.")] = True,
     context: Annotated[
         bool, typer.Option(help="Context engineering (projection, offload, summaries).")
@@ -200,7 +207,12 @@ def run(
     Exits 1 when the endpoint is unreachable (checked before any task starts) or when every
     task crashed, with the cause in one line on stderr.
     """
-    out = out or Path(".evoharness/runs") / f"{env}-{split}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    from evoharness.sdk.models import EndpointUnreachableError
+    from evoharness.sdk.runner import failure_summary
+
+    db = trace_db or db
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = out or Path(".evoharness/runs") / f"{file_safe(env)}-{file_safe(split)}-{stamp}.jsonl"
     try:
         report, results = execute_run(
             env_name=env,
@@ -214,7 +226,7 @@ def run(
             harness=harness,
             out=out,
             label=f"{env}/{split}",
-            trace_db=trace_db if trace else None,
+            trace_db=db if trace else None,
             context=context,
             timeout_s=timeout,
             max_retries=max_retries,
@@ -226,9 +238,9 @@ def run(
         return 1
     label = "harnessed" if harness else "bare"
     console.print(results_table(f"{env} · {split} · model={model}", {label: report}))
-    console.print(f"per-task results: {out}")
+    console.print(f"per-task results: {out}", markup=False)
     if trace:
-        console.print(f"traces: {trace_db} (see: evoharness traces list)")
+        console.print(f"traces: {db} (see: evoharness traces list --db {db})", markup=False)
     failed = failure_summary(results)
     if failed is not None:
         sys.stderr.write(f"evoharness: error: {failed}\n")

@@ -8,20 +8,25 @@ when that does not exist, the newest ``.evoharness/*/traces.db`` (the demo write
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from evoharness.harness import ConfigError
-from evoharness.harness.tracing import Observation, TraceStore
-from evoharness.harness.tracing.store import TraceQuery
-from evoharness.sdk.cli.console import console
+from evoharness.harness.errors import ConfigError
+from evoharness.sdk.cli.console import console, progress_bar
 from evoharness.sdk.cli.options import TRACE_DB, TagOption, TraceDbOption
+from evoharness.sdk.cli.stores import trace_store
+
+if TYPE_CHECKING:  # imported where they run: --help needs none of them
+    from evoharness.harness.tracing import Observation, TraceStore
 
 app = typer.Typer(help="Inspect and export recorded traces.", no_args_is_help=True)
 
@@ -32,21 +37,23 @@ def _find(db: Path) -> Path:
     found = sorted(db.parent.glob("*/traces.db"), key=lambda p: p.stat().st_mtime)
     if not found:
         return db
-    console.print(f"[dim]no store at {db}; showing {found[-1]} (newest under {db.parent})[/dim]")
+    console.print(
+        f"[dim]no store at {escape(str(db))}; showing {escape(str(found[-1]))} (newest under "
+        f"{escape(str(db.parent))})[/dim]"
+    )
     return found[-1]
 
 
 def _open(db: Path) -> TraceStore:
-    db = _find(db)
-    if not db.exists():
-        raise ConfigError(f"no trace store at {db}; run `evoharness run` first or pass --db")
-    return TraceStore(db)
+    return trace_store(_find(db))
 
 
 def _preview(value: object, width: int = 80) -> str:
+    """``value`` on one line, cut to ``width``, escaped: it is the user's data, not markup
+    (``[masked:email]`` would otherwise vanish as a style tag)."""
     text = value if isinstance(value, str) else repr(value)
     text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return escape(text if len(text) <= width else text[: width - 1] + "…")
 
 
 @app.command("list")
@@ -62,7 +69,9 @@ def list_traces(
 
 
 def _list(store: TraceStore, *, limit: int, status: str | None, tag: list[str] | None) -> None:
-    table = Table(title=f"traces in {store.path}")
+    from evoharness.harness.tracing.store import TraceQuery
+
+    table = Table(title=escape(f"traces in {store.path}"))
     for col in ("trace id", "run", "status", "started", "secs", "obs", "tokens", "scores"):
         table.add_column(col, overflow="fold")
     where = TraceQuery(status=status, tags=tag or (), newest_first=True, limit=limit)
@@ -71,14 +80,14 @@ def _list(store: TraceStore, *, limit: int, status: str | None, tag: list[str] |
         scores = ", ".join(f"{s.name}={s.value}" for s in scores_)
         secs = f"{t.end_time - t.start_time:.2f}" if t.end_time else "-"
         table.add_row(
-            t.id[:12],
-            t.run_id,
-            t.status,
+            escape(t.id[:12]),
+            escape(t.run_id),
+            escape(t.status),
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t.start_time)),
             secs,
             str(len(obs)),
             str(tokens),
-            scores,
+            escape(scores),
         )
     console.print(table)
 
@@ -94,6 +103,8 @@ def show(
 
 
 def _show(store: TraceStore, trace_id: str) -> None:
+    from evoharness.harness.tracing.store import TraceQuery
+
     matches = store.query(TraceQuery(id_prefix=trace_id.lower(), limit=2))
     if len(matches) != 1:
         found = "no trace matches" if not matches else "several traces match"
@@ -104,21 +115,21 @@ def _show(store: TraceStore, trace_id: str) -> None:
     ids = {o.id for o in obs}
     for o in obs:
         children.setdefault(o.parent_id if o.parent_id in ids else None, []).append(o)
-    head = f"[bold]{t.name}[/bold] {t.id} run={t.run_id} status={t.status}"
+    head = f"[bold]{escape(t.name)}[/bold] " + escape(f"{t.id} run={t.run_id} status={t.status}")
     if t.parent_trace_id:
-        head += f" (sub-agent of {t.parent_trace_id[:12]})"
+        head += escape(f" (sub-agent of {t.parent_trace_id[:12]})")
     tree = Tree(head)
     tree.add(f"input: {_preview(t.input)}")
 
     def label(o: Observation) -> str:
         style = {"generation": "cyan", "tool": "green", "event": "yellow", "agent": "bold"}
-        parts = [f"[{style.get(o.type, 'white')}]{o.type}[/] {o.name}"]
+        parts = [f"[{style.get(o.type, 'white')}]{escape(o.type)}[/] {escape(o.name)}"]
         if o.latency_ms is not None and o.type != "event":
             parts.append(f"{o.latency_ms:.1f} ms")
         if o.usage:
             parts.append(f"{o.usage.input_tokens}+{o.usage.output_tokens} tok")
         if o.level in ("ERROR", "WARNING"):
-            parts.append(f"[red]{o.level}[/red] {o.status_message or ''}")
+            parts.append(f"[red]{o.level}[/red] {escape(o.status_message or '')}")
         if o.type == "tool":
             parts.append(f"args={_preview(o.input, 50)} -> {_preview(o.output, 60)}")
         if o.type == "event":
@@ -132,7 +143,7 @@ def _show(store: TraceStore, trace_id: str) -> None:
     add(tree, None)
     tree.add(f"output: {_preview(t.output)}")
     for s in store.scores(t.id):
-        tree.add(f"score {s.name} = {s.value} ({s.source}) {s.comment or ''}")
+        tree.add(escape(f"score {s.name} = {s.value} ({s.source}) {s.comment or ''}"))
     console.print(tree)
 
 
@@ -147,23 +158,45 @@ def stats(db: TraceDbOption = TRACE_DB) -> None:
         _stats(store)
 
 
+WRITERS_SHOWN = 10
+"""Writers listed one a line in ``traces stats``; older ones are summed in one line."""
+ACCOUNTING = ("accepted", "stored", "spilled", "ingested", "dead", "quarantined", "lost")
+
+
+def _when(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
 def _stats(store: TraceStore) -> None:
     counts = store.counts()
-    table = Table(title=f"trace store {store.path}")
+    table = Table(title=escape(f"trace store {store.path}"))
     table.add_column("what")
     table.add_column("count", justify="right")
     for key, value in counts.items():
         table.add_row(key, str(value))
     table.add_row("spill backlog (lines)", str(store.spill_backlog()))
     for status, n in store.status_counts().items():
-        table.add_row(f"status {status}", str(n))
+        table.add_row(escape(f"status {status}"), str(n))
     console.print(table)
-    keys = ("accepted", "stored", "spilled", "ingested", "dead", "quarantined", "lost")
-    for w in store.writers()[:20]:  # one line per writer (process), newest first
-        seen = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(w["seen"]))
-        counts_ = " ".join(f"{k}={w.get(k, 0)}" for k in keys)
+    writers = store.writers()  # newest first; a store outlives many processes
+    for w in writers[:WRITERS_SHOWN]:
+        numbers = " ".join(f"{k}={w.get(k, 0)}" for k in ACCOUNTING)
         error = f" error={w['error']}" if w.get("error") else ""
-        console.print(f"writer {w['writer']} health={w['health']} seen={seen} {counts_}{error}")
+        line = f"writer {w['writer']} health={w['health']} seen={_when(w['seen'])} {numbers}{error}"
+        console.print(line, markup=False)
+    if len(writers) > WRITERS_SHOWN:
+        console.print(_older_writers(writers[WRITERS_SHOWN:]), markup=False)
+
+
+def _older_writers(older: list[dict[str, Any]]) -> str:
+    """One line for the writers beyond the newest few: their count, span and summed numbers."""
+    sums = {k: sum(int(w.get(k, 0) or 0) for w in older) for k in ACCOUNTING}
+    sick = sum(1 for w in older if w.get("health") != "ok")
+    seen = [float(w["seen"]) for w in older]
+    return (
+        f"{len(older)} older writers (seen {_when(min(seen))} .. {_when(max(seen))}, "
+        f"{sick} not ok): " + " ".join(f"{k}={v}" for k, v in sums.items())
+    )
 
 
 @app.command()
@@ -181,7 +214,9 @@ def backup(
 @app.command()
 def export(
     db: TraceDbOption = TRACE_DB,
-    timeout: Annotated[float, typer.Option(help="Give up after this many seconds")] = 120.0,
+    timeout: Annotated[
+        float, typer.Option(min=0.0, help="Give up after this many seconds")
+    ] = 120.0,
 ) -> None:
     """Send everything pending to Langfuse (LANGFUSE_PUBLIC_KEY/SECRET_KEY/BASE_URL)."""
     from evoharness.harness.tracing.langfuse_export import LangfuseExporter
@@ -189,7 +224,7 @@ def export(
     with closing(_open(db)) as store:
         exporter = LangfuseExporter(store)
         try:
-            done = exporter.drain(timeout)
+            done = _drain_with_progress(store, lambda: exporter.drain(timeout))
         finally:
             exporter.stop()
         counts = store.counts()
@@ -201,3 +236,35 @@ def export(
     if not done:
         console.print("[red]export incomplete; rows stay pending and will be retried[/red]")
         raise typer.Exit(1)
+
+
+PENDING = ("traces_pending", "observations_pending", "scores_pending")
+
+
+def _drain_with_progress(store: TraceStore, drain: Callable[[], bool]) -> bool:
+    """Run ``drain()`` (the exporter's) in a thread while a bar counts the pending rows down."""
+
+    def pending() -> int:
+        counts = store.counts()
+        return sum(counts[k] for k in PENDING)
+
+    result: list[bool] = []
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            result.append(bool(drain()))
+        except BaseException as exc:  # handed to the caller's thread below
+            failure.append(exc)
+
+    total = pending()
+    worker = threading.Thread(target=work, name="evoharness-export", daemon=True)
+    with progress_bar("exporting to Langfuse") as progress:
+        bar = progress.add_task("export", total=total or None)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.5)
+            progress.update(bar, completed=max(0, total - pending()))
+    if failure:
+        raise failure[0]
+    return result[0]

@@ -74,7 +74,9 @@ def test_errors_exit_with_one_clear_line(
     reg = f"--registry={files['reg']}"
     assert main(["prompts", "create", "shop", "-f", str(files["v1"]), "--activate", reg]) == 0
     assert main(["prompts", "show", "shop", "-v", "9", reg]) == 1
-    assert "has no version 9" in capsys.readouterr().out
+    err = capsys.readouterr().err
+    assert "has no version 9" in err and err.count("\n") == 1
+    assert "evoharness registry versions prompt shop" in err
     assert main(["prompts", "rollout", "shop", "1", reg]) == 2  # already active: misuse
     assert "already active" in capsys.readouterr().err
     assert main(["prompts", "create", "shop", "-f", str(files["v2"]), reg]) == 0

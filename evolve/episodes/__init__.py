@@ -6,7 +6,8 @@ the local store or from Langfuse through the same :class:`TraceSource` protocol.
 :class:`EpisodeEvidence` is what the harness did during the run (interventions such as
 rejected tool calls, loop breaks, guard redactions); :func:`sessions` groups the turns of
 multi-turn sessions; :func:`case_of` keys a case (query pattern or the environment's case
-key).
+key); :mod:`~evoharness.evolve.episodes.steps` turns a run's tool calls into steps and a
+cluster of runs into the procedure they share (skills and memory strategies both use it).
 """
 
 from evoharness.evolve.episodes.cases import (

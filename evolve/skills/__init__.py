@@ -17,7 +17,7 @@ from evoharness.evolve.skills.gate import (
     decide,
     promote_if_proven,
 )
-from evoharness.evolve.skills.procedure import (
+from evoharness.evolve.episodes.steps import (
     ProcedureStep,
     RunCall,
     RunStep,

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evoharness.evolve.skills.procedure import RunCall, RunStep
+from evoharness.evolve.episodes.steps import RunCall, RunStep
 from evoharness.sdk.skills import ArgSource, Param, select
 
 __all__ = ["ClusterRun", "Dataflow", "StepFlow", "infer_dataflow", "leaves", "mentions"]

@@ -27,7 +27,7 @@ from typing import Any
 from evoharness.evolve import Episode, Verdict
 from evoharness.evolve.skills.compile import compile_workflow
 from evoharness.evolve.skills.dataflow import ClusterRun, Dataflow, StepFlow, infer_dataflow
-from evoharness.evolve.skills.procedure import (
+from evoharness.evolve.episodes.steps import (
     ProcedureStep,
     common_prefix,
     is_bookkeeping,

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evoharness.evolve import ToolCallRecord
+from evoharness.evolve.episodes.traces import ToolCallRecord
 from evoharness.harness.context.skills import LOAD_SKILL
 from evoharness.sdk.skills import WORKFLOW_PREFIX
 

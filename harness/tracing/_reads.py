@@ -7,16 +7,19 @@ import gc
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from pydantic_core import from_json
 
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.tracing._records import MESSAGES_REF
 from evoharness.harness.tracing._tables import TABLES, RecordKind, connect
+from evoharness.harness.tracing.langfuse_codec import JsonArray
 from evoharness.harness.tracing.query import TraceQuery
 from evoharness.harness.tracing.schema import Observation, Score, Trace, migrate_trace
 
@@ -29,6 +32,12 @@ def loads(body: str) -> Any:
         return from_json(body, allow_inf_nan=True, cache_strings="keys")
     except ValueError:
         return json.loads(body)
+
+
+def _chunks(ids: Sequence[str], size: int = 500) -> Iterator[Sequence[str]]:
+    """``ids`` in parts below SQLite's parameter limit."""
+    for i in range(0, len(ids), size):
+        yield ids[i : i + size]
 
 
 @contextmanager
@@ -50,6 +59,42 @@ def gc_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def _missing(digest: str, *, as_text: bool) -> Any:
+    message = {"role": "unknown", "content": f"[missing message {digest}]"}
+    return orjson.dumps(message).decode() if as_text else message
+
+
+def _exotic(body: str) -> bool:
+    """Whether a stored body may hold ``NaN``/``Infinity`` tokens (typed number fields keep
+    them): such a row is re-encoded with ``json``, which writes them back, where orjson
+    would write ``null``. A string that merely says "Infinity" costs that row the slow path."""
+    return "NaN" in body or "Infinity" in body
+
+
+@dataclass
+class ExportRows:
+    """One export cycle's rows, read in one connection (:meth:`TraceReader.export_rows`).
+
+    Rows are the stored bodies decoded as they are, generation inputs as
+    :class:`JsonArray` (the stored message bodies, not decoded). ``exotic`` holds the ids
+    of rows whose body has ``NaN``/``Infinity`` tokens.
+
+    Attributes:
+        observations: Pending observations, oldest first, as (row, updated_at).
+        traces: Pending traces (finished, or running and started before the cut-off).
+        trace_rows: The trace rows of ``observations``, by id (all that are stored).
+        roots: The stored root observations of ``traces`` that are not in
+            ``observations``, by id.
+        exotic: Ids (observations, traces) whose body holds ``NaN``/``Infinity``.
+    """
+
+    observations: list[tuple[dict[str, Any], float]]
+    traces: list[tuple[dict[str, Any], float]]
+    trace_rows: dict[str, dict[str, Any]]
+    roots: dict[str, dict[str, Any]]
+    exotic: set[str]
 
 
 class TraceReader:
@@ -194,8 +239,12 @@ class TraceReader:
         with self._conn() as conn:
             return int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM traces").fetchone()[0])
 
-    def _resolve(self, conn: sqlite3.Connection, bodies: list[dict[str, Any]]) -> None:
-        """Replace stored message references with the messages, in place."""
+    def _resolve(
+        self, conn: sqlite3.Connection, bodies: list[dict[str, Any]], *, as_text: bool = False
+    ) -> None:
+        """Replace stored message references with the messages, in place (with
+        ``as_text``, as a :class:`JsonArray` of their stored, masked JSON bodies, which
+        several generations of a conversation share: nothing is decoded)."""
 
         def ref(b: dict[str, Any]) -> Any:
             value = b.get("input")
@@ -256,18 +305,17 @@ class TraceReader:
             for digest, body in conn.execute(
                 f"SELECT hash, body FROM messages WHERE hash IN ({marks})", chunk
             ):
-                known[digest] = loads(body)
+                known[digest] = body if as_text else loads(body)
         for b in bodies:
             hashes = lists.get(b["id"])
             if hashes is None:
                 continue
-            messages = list(map(known.get, hashes))  # every generation's whole input: C speed
+            messages: list[Any] = list(map(known.get, hashes))  # the whole input: C speed
             if None in messages:  # a lost message row (rare)
                 messages = [
-                    known.get(h, {"role": "unknown", "content": f"[missing message {h}]"})
-                    for h in hashes
+                    known[h] if h in known else _missing(h, as_text=as_text) for h in hashes
                 ]
-            b["input"] = messages
+            b["input"] = JsonArray(messages) if as_text else messages
 
     def observations(self, trace_id: str) -> list[Observation]:
         """A trace's observations in start order (generation inputs in full)."""
@@ -360,6 +408,91 @@ class TraceReader:
             if kind == "observation":
                 self._resolve(conn, [b for b, _ in out])
         return out
+
+    def export_rows(
+        self,
+        limit: int,
+        *,
+        running_started_before: float,
+        root_of: Callable[[str], str],
+        wanted: Callable[[str], bool] = lambda trace_id: True,
+    ) -> tuple[ExportRows, dict[RecordKind, list[tuple[str, float]]]]:
+        """What one export cycle sends, in one connection, without building models.
+
+        Args:
+            limit: At most this many pending observations and this many pending traces.
+            running_started_before: Leave out traces still ``running`` that started after
+                this time (:meth:`pending`).
+            root_of: The root observation id of a trace id.
+            wanted: Whether a trace id is exported (sampling); rows of other traces are
+                returned separately, as (id, updated_at) to mark done without sending.
+
+        Returns:
+            The rows, and per kind the skipped (id, updated_at) pairs.
+        """
+        exotic: set[str] = set()
+        skipped: dict[RecordKind, list[tuple[str, float]]] = {"observation": [], "trace": []}
+
+        def decode(rows: Iterable[tuple[str, float]], kind: RecordKind, key: str) -> list[Any]:
+            out = []
+            for body, updated in rows:
+                row = loads(body)
+                if not wanted(row[key]):
+                    skipped[kind].append((row["id"], updated))
+                    continue
+                if _exotic(body):
+                    exotic.add(row["id"])
+                out.append((row, updated))
+            return out
+
+        with self._conn() as conn:
+            observations = decode(
+                conn.execute(
+                    "SELECT body, updated_at FROM observations WHERE exported_at IS NULL "
+                    "ORDER BY updated_at LIMIT ?",
+                    (limit,),
+                ),
+                "observation",
+                "trace_id",
+            )
+            traces = decode(
+                conn.execute(
+                    "SELECT body, updated_at FROM traces WHERE exported_at IS NULL "
+                    "AND (status != 'running' OR start_time < ?) ORDER BY updated_at LIMIT ?",
+                    (running_started_before, limit),
+                ),
+                "trace",
+                "id",
+            )
+            in_batch = {o["id"] for o, _ in observations}
+            root_ids = sorted({root_of(t["id"]) for t, _ in traces} - in_batch)
+            roots: list[dict[str, Any]] = []
+            for part in _chunks(root_ids):
+                for (body,) in conn.execute(
+                    f"SELECT body FROM observations WHERE id IN ({','.join('?' * len(part))})",
+                    part,
+                ):
+                    roots.append(loads(body))
+                    if _exotic(body):
+                        exotic.add(roots[-1]["id"])
+            self._resolve(conn, [o for o, _ in observations] + roots, as_text=True)
+            trace_rows: dict[str, dict[str, Any]] = {}
+            for part in _chunks(sorted({o["trace_id"] for o, _ in observations})):
+                for (body,) in conn.execute(
+                    f"SELECT body FROM traces WHERE id IN ({','.join('?' * len(part))})", part
+                ):
+                    row = loads(body)
+                    trace_rows[row["id"]] = row
+                    if _exotic(body):
+                        exotic.add(row["id"])
+        rows = ExportRows(
+            observations=observations,
+            traces=traces,
+            trace_rows=trace_rows,
+            roots={r["id"]: r for r in roots},
+            exotic=exotic,
+        )
+        return rows, skipped
 
     def has_pending(self, kind: RecordKind) -> bool:
         """Whether any record of ``kind`` waits for export (one index probe)."""

@@ -14,16 +14,21 @@ metadata. A field added to :mod:`~evoharness.harness.tracing.schema` therefore r
 through Langfuse with no edit here (a test checks every field).
 
 Values are JSON-encoded like the SDK v5 encodes metadata (strings included), for input and
-output too, so a reader that parses IO as JSON gets back exactly what was stored. This
-module does not import ``langfuse``: attribute names are passed in (write) or the API's
-objects are read by attribute name (read), so evolve can use it without the extra.
+output too, so a reader that parses IO as JSON gets back exactly what was stored. They are
+written once, by orjson (compact, UTF-8); a generation's input arrives as the store's
+already-masked message bodies (:class:`JsonArray`) and is joined, not decoded and encoded
+again. This module does not import ``langfuse``: attribute names are passed in (write) or
+the API's objects are read by attribute name (read), so evolve can use it without the extra.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from evoharness.harness.tracing.ids import root_span_id
 from evoharness.harness.tracing.schema import Observation, Score, Trace, Usage, migrate_trace
@@ -71,12 +76,51 @@ NATIVE_SCORE_FIELDS = frozenset(
 """Score fields with a native slot in Langfuse's score API; the rest go into metadata."""
 
 _EXACT = ("start_time", "end_time")
+_EXTRA_FIELDS = frozenset(Observation.model_fields) - NATIVE_OBSERVATION_FIELDS
 _SOURCES = {"human": "ANNOTATION"}  # everything else is "API"; our source goes in metadata
 _SKIP_TRACE_META = frozenset({"id", "input", "output", "metadata", *NATIVE_TRACE_ATTRIBUTES})
 
 
+class JsonArray:
+    """A JSON array whose items are already JSON text (the store's message bodies): sent
+    as their join, never decoded. Joined when encoded, so a batch holds each long
+    conversation's messages once (shared), not one copy per generation."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[str]) -> None:
+        self.items = items
+
+    def text(self) -> str:
+        return "[" + ",".join(self.items) + "]"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JsonArray) and other.items == self.items
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 def dumps(value: Any) -> str:
-    """JSON, strings included, so a reader that parses IO as JSON gets the value back."""
+    """JSON, strings included, so a reader that parses IO as JSON gets the value back.
+
+    orjson for the values a store row decodes to; what it refuses (integers beyond 64
+    bits, lone surrogates) goes through ``json``, which the exporter used throughout
+    before. Both decode to the same value. Rows holding ``NaN``/``Infinity`` (typed
+    number fields keep those tokens) are encoded with :func:`strict_dumps` instead, since
+    orjson would write them as ``null``.
+    """
+    if type(value) is JsonArray:
+        return value.text()
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return json.dumps(value, default=str)
+
+
+def strict_dumps(value: Any) -> str:
+    """``json.dumps`` (``NaN`` and ``Infinity`` as its tokens), :class:`JsonArray` joined."""
+    if type(value) is JsonArray:
+        return value.text()
     return json.dumps(value, default=str)
 
 
@@ -110,8 +154,10 @@ def span_attributes(
     attrs: Any,
     *,
     environment: str | None = None,
+    encode: Callable[[Any], str] = dumps,
 ) -> dict[str, Any]:
-    """The span attributes of one stored observation (a ``model_dump(mode="json")`` dict).
+    """The span attributes of one stored observation (a ``model_dump(mode="json")`` dict;
+    its ``input`` may be a :class:`JsonArray`).
 
     Args:
         obs: The observation row.
@@ -119,20 +165,21 @@ def span_attributes(
             row on the root span).
         attrs: ``langfuse.LangfuseOtelSpanAttributes`` (the attribute names).
         environment: Fallback environment when the trace has none.
+        encode: The JSON encoder (:func:`strict_dumps` for rows holding ``NaN``).
     """
     a = attrs
     out: dict[str, Any] = {a.OBSERVATION_TYPE: obs["type"], a.OBSERVATION_LEVEL: obs["level"]}
     if obs.get("input") is not None:
-        out[a.OBSERVATION_INPUT] = dumps(obs["input"])
+        out[a.OBSERVATION_INPUT] = encode(obs["input"])
     if obs.get("output") is not None:
-        out[a.OBSERVATION_OUTPUT] = dumps(obs["output"])
+        out[a.OBSERVATION_OUTPUT] = encode(obs["output"])
     if obs.get("status_message"):
         out[a.OBSERVATION_STATUS_MESSAGE] = obs["status_message"]
     if obs.get("model"):
         out[a.OBSERVATION_MODEL] = obs["model"]
     usage = obs.get("usage")
     if usage:
-        out[a.OBSERVATION_USAGE_DETAILS] = json.dumps(
+        out[a.OBSERVATION_USAGE_DETAILS] = encode(
             {
                 "input": usage["input_tokens"],
                 "output": usage["output_tokens"],
@@ -145,16 +192,12 @@ def span_attributes(
             }
         )
     meta = dict(obs.get("metadata") or {})
-    extra = {
-        k: v
-        for k, v in obs.items()
-        if k not in NATIVE_OBSERVATION_FIELDS and k in Observation.model_fields
-    }
+    extra = {k: v for k, v in obs.items() if k in _EXTRA_FIELDS}
     # Langfuse keeps times to the microsecond: the exact floats travel along
     extra.update({k: obs.get(k) for k in _EXACT})
     meta[FIELDS_KEY] = extra
     for key, value in meta.items():
-        out[f"{a.OBSERVATION_METADATA}.{key}"] = dumps(value)
+        out[f"{a.OBSERVATION_METADATA}.{key}"] = encode(value)
     env = (trace or {}).get("environment") or environment
     if env:
         out[a.ENVIRONMENT] = env
@@ -175,8 +218,8 @@ def span_attributes(
         trace_meta.update(trace.get("metadata") or {})
         for key, value in trace_meta.items():
             if _present(value):
-                out[f"{a.TRACE_METADATA}.{key}"] = dumps(value)
-        out[f"{a.OBSERVATION_METADATA}.{TRACE_KEY}"] = json.dumps(trace, default=str)
+                out[f"{a.TRACE_METADATA}.{key}"] = encode(value)
+        out[f"{a.OBSERVATION_METADATA}.{TRACE_KEY}"] = encode(trace)
     return out
 
 

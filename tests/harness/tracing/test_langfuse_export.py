@@ -197,3 +197,34 @@ def test_tracing_benchmark_smoke() -> None:
     assert "fault_unaccounted=0 " in lines[-1], lines[-4:]
     assert "mask_false_positives=" in lines[-1] and "mask_mb_per_s=" in lines[-1]
     assert result["faults"]["torn_lines"] > 0 and result["faults"]["full_sick"] == 1
+
+
+def test_requests_are_split_by_size_and_a_failed_one_keeps_only_its_rows(
+    tmp_path: Path, standin: LangfuseStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evoharness.harness.tracing import langfuse_export
+
+    monkeypatch.setattr(langfuse_export, "MAX_REQUEST_BYTES", 1500)
+    store = TraceStore(tmp_path / "t.db")
+    record_runs(store, n=3)
+    total = store.counts()["observations"]
+    ex = exporter(store, standin)
+    path = "/api/public/otel/v1/traces"
+    real_ingest = standin.ingest_otlp
+    calls = {"n": 0}
+
+    def second_request_fails(body: bytes) -> int:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("server error")  # the request fails (connection dropped)
+        return real_ingest(body)
+
+    standin.ingest_otlp = second_request_fails  # type: ignore[method-assign]
+    cycle = ex.export_once()
+    assert cycle.failed and 0 < cycle.spans_ok < cycle.spans_sent
+    assert store.counts()["observations_pending"] == total - len(standin.spans)  # the rest
+    standin.ingest_otlp = real_ingest  # type: ignore[method-assign]
+    assert ex.drain(20)
+    assert len(standin.spans) == total and standin.requests[path] > 3
+    assert store.counts()["observations_pending"] == 0
+    ex.stop()

@@ -165,6 +165,41 @@ def bench_scale(
     scale.run(quick=quick, echo=console.print)
 
 
+@app.command("bfcl")
+def bench_bfcl(
+    test_tasks: Annotated[
+        int | None, typer.Option(min=1, help="Frozen test tasks (default 60).")
+    ] = None,
+    guard_tasks: Annotated[
+        int | None, typer.Option(min=1, help="Frozen guard tasks (default 20).")
+    ] = None,
+    train_tasks: Annotated[
+        int | None, typer.Option(min=1, help="Train tasks run as traffic (default 24).")
+    ] = None,
+    sft_steps: Annotated[int | None, typer.Option(min=1, help="SFT steps (default 16).")] = None,
+    samples: Annotated[
+        int | None,
+        typer.Option(min=0, help="Rejection samples per failed train task (default 0)."),
+    ] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(help="Work dir (default ~/.cache/evoharness/bench-bfcl; reruns reuse it)."),
+    ] = None,
+) -> None:
+    """Qwen2.5-Coder-0.5B on BFCL: base, harness, memory, prompt, weights from its own traffic."""
+    from evoharness.evolve.benchmarks import bfcl
+
+    given: dict[str, Any] = {
+        "test_tasks": test_tasks,
+        "guard_tasks": guard_tasks,
+        "train_tasks": train_tasks,
+        "sft_steps": sft_steps,
+        "samples": samples,
+        "workdir": workdir,
+    }
+    bfcl.run(**{k: v for k, v in given.items() if v is not None}, echo=console.print)
+
+
 @app.command("skills")
 def bench_skills(
     train_limit: Annotated[

@@ -85,7 +85,7 @@ class MemoryStore:
             return  # the registry already has history: leave the old table for a person
         for version, note, body in rows:
             entries = (MemoryEntry.model_validate(d) for d in json.loads(body))
-            self._snapshot({e.id: e for e in entries}, f"{note} (legacy v{version})".strip())
+            self._snapshot({e.id: e for e in entries}, f"{note} (legacy v{version})".strip(), True)
         with self._lock:
             self._conn.execute("DROP TABLE snapshots")
 
@@ -221,44 +221,64 @@ class MemoryStore:
             ).fetchone()
         return int(row[0]) if row else None
 
-    def _snapshot(self, entries: dict[str, MemoryEntry], note: str) -> int:
-        """Publish ``entries`` as a memory version and make it active: a delta against the
-        active snapshot when the live rows hold it, else every entry."""
-        active = self.active_version()
+    def _snapshot(self, entries: dict[str, MemoryEntry], note: str, activate: bool) -> int:
+        """Publish ``entries`` as a memory version and make it active (or label it
+        ``candidate``): a delta against the snapshot the live rows hold when they hold one,
+        else every entry."""
+        held = self._held()
         with self._lock:
             known = self._known_now()
         meta = {"note": note}
         stored = None
-        if active is not None and known is not None and self._held() == active:
+        if held is not None and known is not None:
             changed = self._diff(entries, known)
             changes = {i: c[0].model_dump(mode="json") if c else None for i, c in changed.items()}
             with contextlib.suppress(RegistryError):  # a whole-content snapshot: no delta base
                 stored = self.registry.publish_changes(
-                    MEMORY, self.name, changes, base=active, metadata=meta, author=self.author
+                    MEMORY, self.name, changes, base=held, metadata=meta, author=self.author
                 )
         if stored is None:
             every = {i: e.model_dump(mode="json") for i, e in entries.items()}
             stored = self.registry.publish_changes(
                 MEMORY, self.name, every, base=None, metadata=meta, author=self.author
             )
-        self.registry.promote(
-            MEMORY, self.name, stored.version, actor=self.author, reason=note or "replace"
-        )
+        labels = self.registry.labels(MEMORY, self.name)
+        if activate:
+            self.registry.promote(
+                MEMORY, self.name, stored.version, actor=self.author, reason=note or "replace"
+            )
+        elif stored.version not in (labels.get("active"), labels.get("candidate")):
+            self.registry.set_label(
+                MEMORY, self.name, "candidate", stored.version, actor=self.author,
+                reason=note or "candidate snapshot",
+            )  # fmt: skip
         return stored.version
 
-    def replace(self, entries: dict[str, MemoryEntry], *, note: str = "") -> int:
-        """Store ``entries`` (all of them), snapshot and activate the result; returns the
-        snapshot version (the active one's when nothing changed since it).
+    def replace(
+        self, entries: dict[str, MemoryEntry], *, note: str = "", activate: bool = True
+    ) -> int:
+        """Store ``entries`` (all of them) as the live set and snapshot it; returns the
+        snapshot version (the held one's when nothing changed since it).
 
-        The snapshot is a delta (the entries that changed since the active one) when the
-        live rows hold the active snapshot; entries already read or written by this store
-        and passed back unchanged (the same objects) are not even serialised again.
+        With ``activate`` (the default) the snapshot becomes ``active`` at once; without,
+        it is published as the ``candidate`` (evolve's cycle then proves it: a paired
+        offline evaluation where the environment replays, then a staged rollout) and the
+        sessions keep the active one. The live rows are curation's working set either way.
+
+        The snapshot is a delta (the entries that changed since the snapshot the live rows
+        hold) when the rows hold one; entries already read or written by this store and
+        passed back unchanged (the same objects) are not even serialised again.
         """
         if self._known is None:
             self.entries()  # read once: the diff below then runs against these
-        version = self._snapshot(entries, note)
+        version = self._snapshot(entries, note, activate)
         self._write(entries, version)
         return version
+
+    def held_version(self) -> int | None:
+        """The snapshot the live entries were last written from (the latest candidate, or
+        the active one); ``None`` before the first."""
+        return self._held()
 
     def versions(self) -> list[tuple[int, float, str]]:
         """(version, created_at, note) of every snapshot, oldest first."""

@@ -97,7 +97,8 @@ class GuardRuleVersions:
         self, rules: GuardRuleSet, *, activate: bool = True, reason: str = ""
     ) -> GuardRuleSet:
         """Store ``rules`` as a version (its own ``version`` field is ignored) and, with
-        ``activate``, promote it; returns the stored set with its registry number.
+        ``activate``, promote it (without: label it ``candidate``, for a rollout to prove);
+        returns the stored set with its registry number.
 
         Rules identical to the latest version reuse that version (no new number).
         """
@@ -110,6 +111,11 @@ class GuardRuleVersions:
             self.registry.promote(
                 GUARD_RULES, self.name, stored.version, label=self.label, actor=self.author,
                 reason=reason,
+            )  # fmt: skip
+        elif stored.version not in self.registry.labels(GUARD_RULES, self.name).values():
+            self.registry.set_label(
+                GUARD_RULES, self.name, "candidate", stored.version, actor=self.author,
+                reason=reason or "candidate rules",
             )  # fmt: skip
         return rules_of(stored)
 

@@ -1,4 +1,6 @@
-"""Prompt rollouts: sticky staged assignment, always-valid decisions, audited in the registry.
+"""Rollouts of any artifact kind (prompt versions, memory snapshots, guard-rule versions,
+adapter versions, skill sets): sticky staged assignment, always-valid decisions, audited in
+the registry.
 
 >>> from evoharness.sdk.registry import open_registry
 >>> from evoharness.sdk.prompts import PromptTemplate, RegistryPromptStore
@@ -30,7 +32,9 @@ from evoharness.sdk.rollout.experiment import (
     Arm,
     Experiment,
     ExperimentStore,
+    rollout_name,
 )
+from evoharness.sdk.rollout.labels import RegistryLabels
 from evoharness.sdk.rollout.settings import parse_stages, parse_tolerances
 from evoharness.sdk.rollout.simulate import (
     SimulationReport,
@@ -54,6 +58,7 @@ __all__ = [
     "Metric",
     "Monitor",
     "Outcome",
+    "RegistryLabels",
     "RolloutController",
     "SequentialComparison",
     "SimulationReport",
@@ -66,5 +71,6 @@ __all__ = [
     "parse_stages",
     "parse_tolerances",
     "pick",
+    "rollout_name",
     "simulate_rollout",
 ]

@@ -1,12 +1,19 @@
-"""Run a prompt rollout: start it, resolve sessions to arms, apply and audit decisions.
+"""Run a rollout of any artifact kind: start it, resolve sessions to arms, apply and audit
+decisions.
+
+Prompt versions, memory snapshots, guard-rule versions, adapter versions and skill sets are
+rolled out the same way (sticky assignment, stages, always-valid decisions, guard rollback):
+every method takes the artifact's name and a ``kind`` (default ``prompt``, so the prompt API
+reads as it always did). A prompt's labels move in its prompt store; every other kind's in
+the registry (:class:`~evoharness.sdk.rollout.labels.RegistryLabels`).
 
 Every state change is published to the registry before it takes effect, and every decision
 (holds included) is published as a ``rollout_decision`` artifact: the registry's audit log is
 the full history. Each operation that reads the experiment and then changes it (start,
 evaluate, promote, rollback) runs as one registry transaction holding the rollout's lock
 (:meth:`~evoharness.sdk.registry.Registry.transaction`), so app instances, schedulers and
-operators racing on one prompt see each other's changes: one start wins, and a promote and a
-rollback at the same instant end in one state that the labels agree with. Resolution reads
+operators racing on one artifact see each other's changes: one start wins, and a promote and
+a rollback at the same instant end in one state that the labels agree with. Resolution reads
 the registry on every new session, so a rollback reaches all new sessions at once; sessions
 already running keep the version they were pinned to (:class:`~evoharness.sdk.agent.EvoAgent`
 resolves once per session).
@@ -29,35 +36,41 @@ from evoharness.sdk.rollout.experiment import (
     CONTROL,
     DECISION_KIND,
     DEFAULT_STAGES,
+    PROMPT,
     ROLLOUT_KIND,
     Arm,
     Experiment,
     ExperimentStore,
+    rollout_name,
 )
+from evoharness.sdk.rollout.labels import RegistryLabels
 
 
 @dataclass(frozen=True)
 class Assignment:
-    """Which prompt version a new session gets, and why.
+    """Which version of an artifact a new session gets, and why.
 
     Attributes:
-        prompt: The prompt name.
-        version: The version to serve (``None``: the prompt has no active version).
+        prompt: The artifact's name (the prompt's, for a prompt).
+        version: The version to serve (``None``: nothing is active).
         arm: The experiment arm (``None`` outside an experiment).
         experiment_id: The running experiment, if any.
+        kind: The artifact kind.
     """
 
     prompt: str
     version: int | None
     arm: str | None = None
     experiment_id: str | None = None
+    kind: str = PROMPT
 
 
 class RolloutController:
-    """Staged, sticky, audited prompt rollouts over a registry.
+    """Staged, sticky, audited rollouts of any artifact kind over a registry.
 
     Args:
-        registry: Holds the experiment state and the decision log.
+        registry: Holds the experiment state and the decision log (and the labels of every
+            kind but prompts kept elsewhere).
         prompts: Where the prompt versions and their labels live (default: the same
             registry; pass a :class:`~evoharness.sdk.prompts.LangfusePromptStore` to move
             Langfuse labels instead).
@@ -77,6 +90,10 @@ class RolloutController:
         >>> exp = rollout.start("shop", v2.version, min_dwell_s=0)
         >>> rollout.resolve("shop", "user-1").version in (1, 2)
         True
+        >>> snapshot = reg.publish("memory", "default", [{"id": "l-1"}])
+        >>> exp = rollout.start("default", snapshot.version, kind="memory", min_dwell_s=0)
+        >>> rollout.resolve("default", "user-1", kind="memory").arm in ("control", "v1")
+        True
     """
 
     def __init__(
@@ -93,17 +110,22 @@ class RolloutController:
         self.engine = engine or DecisionEngine()
         self.clock = clock
 
+    def labels_of(self, kind: str) -> PromptStore | RegistryLabels:
+        """Where ``kind``'s labels move: the prompt store for prompts, else the registry."""
+        return self.prompts if kind == PROMPT else RegistryLabels(self.registry, kind)
+
     # -- lifecycle -------------------------------------------------------------------------
-    def _locked(self, prompt: str) -> AbstractContextManager[None]:
-        """One registry transaction holding the rollout's lock for ``prompt`` (the rollout's
-        lock is taken before the prompt's: the label moves inside nest in it)."""
-        return self.registry.transaction(ROLLOUT_KIND, prompt)
+    def _locked(self, name: str, kind: str) -> AbstractContextManager[None]:
+        """One registry transaction holding the rollout's lock for ``kind/name`` (the
+        rollout's lock is taken before the artifact's: the label moves inside nest in it)."""
+        return self.registry.transaction(ROLLOUT_KIND, rollout_name(kind, name))
 
     def start(
         self,
         prompt: str,
         candidates: int | Sequence[int] | Mapping[int, float],
         *,
+        kind: str = PROMPT,
         stages: Sequence[float] = DEFAULT_STAGES,
         min_dwell_s: float = 3600.0,
         tolerances: Mapping[str, float] | None = None,
@@ -114,12 +136,15 @@ class RolloutController:
     ) -> Experiment:
         """Start rolling ``candidates`` out against the active version.
 
-        Atomic across processes: of several starts of one prompt at the same instant, one
+        Atomic across processes: of several starts of one artifact at the same instant, one
         starts and the others raise the :class:`ConfigError` below.
 
         Args:
-            prompt: The prompt name (must have an active version: the control).
+            prompt: The artifact's name (a prompt's must have an active version: the
+                control; any other kind without one is rolled out against nothing served).
             candidates: One version, several, or version -> weight.
+            kind: The artifact kind (``prompt``, ``memory``, ``guard_rules``, ``adapter``,
+                ``skills``, ...).
             stages: Exposed traffic per stage, ending at 1.0.
             min_dwell_s: Least time per stage.
             tolerances: Metric name -> allowed worsening for this experiment, overriding the
@@ -133,7 +158,7 @@ class RolloutController:
             reason: Why (audited).
 
         Raises:
-            ConfigError: An experiment is already running, there is no active version, a
+            ConfigError: An experiment is already running, a prompt has no active version, a
                 candidate is the active version, or stages, dwell or tolerances are invalid
                 (an unknown metric name among them).
         """
@@ -144,16 +169,18 @@ class RolloutController:
         else:
             weights = dict.fromkeys((int(c) for c in candidates), 1.0)
         tolerance = self.engine.check_tolerances(tolerances or {})
-        with self._locked(prompt):
-            running = self.running(prompt)
+        labels = self.labels_of(kind)
+        what = "prompt" if kind == PROMPT else kind
+        with self._locked(prompt, kind):
+            running = self.running(prompt, kind=kind)
             if running is not None:
                 raise ConfigError(
-                    f"prompt {prompt!r} already has a running rollout {running.id}: promote or "
-                    "roll it back first (evoharness prompts promote|rollback)",
+                    f"{what} {prompt!r} already has a running rollout {running.id}: promote or "
+                    f"roll it back first (evoharness rollout promote|rollback {kind} {prompt})",
                     field="prompt",
                 )
-            control = self.prompts.labels(prompt).get(ACTIVE)
-            if control is None:
+            control = labels.labels(prompt).get(ACTIVE)
+            if control is None and kind == PROMPT:
                 raise ConfigError(
                     f"prompt {prompt!r} has no active version to compare against: promote one "
                     "first (evoharness prompts promote NAME VERSION)",
@@ -165,30 +192,31 @@ class RolloutController:
                     field="candidates",
                 )
             for v in weights:
-                self.prompts.get(prompt, v)  # raises ArtifactNotFound for a missing version
+                labels.get(prompt, v)  # raises ArtifactNotFound for a missing version
             now = self.clock()
             try:
                 exp = self._experiment(
-                    prompt, control, weights, stages, min_dwell_s, tolerance, now, reason,
-                    experiment_id, salt,
+                    prompt, kind, control, weights, stages, min_dwell_s, tolerance, now,
+                    reason, experiment_id, salt,
                 )  # fmt: skip
             except ValidationError as exc:
                 error = exc.errors()[0]
                 raise ConfigError(
-                    f"rollout of {prompt!r}: {error['msg']}",
+                    f"rollout of {kind}/{prompt}: {error['msg']}",
                     field=str(error["loc"][0]) if error["loc"] else "stages",
                 ) from exc
             if len(exp.candidates) == 1:
-                self.prompts.set_label(
-                    prompt, CANDIDATE, exp.candidates[0].version, actor=actor, reason=reason
-                )
+                version = exp.candidates[0].version
+                assert version is not None  # a candidate always serves a version
+                labels.set_label(prompt, CANDIDATE, version, actor=actor, reason=reason)
             self.experiments.save(exp, actor=actor, reason=f"start {exp.id}: {reason}".strip())
         return exp
 
     @staticmethod
     def _experiment(
         prompt: str,
-        control: int,
+        kind: str,
+        control: int | None,
         weights: dict[int, float],
         stages: Sequence[float],
         min_dwell_s: float,
@@ -201,6 +229,7 @@ class RolloutController:
         return Experiment(
             **({"id": experiment_id} if experiment_id else {}),
             prompt=prompt,
+            kind=kind,
             salt=salt or "",
             control=Arm(name=CONTROL, version=control),
             candidates=[Arm(name=f"v{v}", version=v, weight=w) for v, w in weights.items()],
@@ -212,39 +241,55 @@ class RolloutController:
             reason=reason or "started",
         )
 
-    def current(self, prompt: str) -> Experiment | None:
-        """The latest experiment of ``prompt`` (running or ended)."""
-        return self.experiments.current(prompt)
+    def current(self, prompt: str, *, kind: str = PROMPT) -> Experiment | None:
+        """The latest experiment of ``kind/prompt`` (running or ended)."""
+        return self.experiments.current(prompt, kind=kind)
 
-    def running(self, prompt: str) -> Experiment | None:
-        """The running experiment of ``prompt``, if any."""
-        exp = self.current(prompt)
+    def running(self, prompt: str, *, kind: str = PROMPT) -> Experiment | None:
+        """The running experiment of ``kind/prompt``, if any."""
+        exp = self.current(prompt, kind=kind)
         return exp if exp is not None and exp.running else None
 
     # -- the runtime -----------------------------------------------------------------------
-    def resolve(self, prompt: str, unit: str) -> Assignment:
-        """The version a new session of ``unit`` (user id, else session id) gets now."""
-        exp = self.running(prompt)
+    def resolve(self, prompt: str, unit: str, *, kind: str = PROMPT) -> Assignment:
+        """The version a new session of ``unit`` (user id, else session id) gets now: its
+        arm of the running rollout, else the active version."""
+        exp = self.running(prompt, kind=kind)
         if exp is not None:
             arm = exp.assign(unit)
-            return Assignment(prompt, arm.version, arm.name, exp.id)
-        return Assignment(prompt, self.prompts.active_version(prompt))
+            return Assignment(prompt, arm.version, arm.name, exp.id, kind)
+        if kind == PROMPT:  # the prompt store's own cheap read (Langfuse caches it)
+            return Assignment(prompt, self.prompts.active_version(prompt))
+        return Assignment(prompt, self.labels_of(kind).labels(prompt).get(ACTIVE), kind=kind)
+
+    def arm_for(self, prompt: str, unit: str, *, kind: str = PROMPT) -> Assignment | None:
+        """``unit``'s arm of the running rollout of ``kind/prompt`` (``None`` when none runs:
+        the caller serves its own label)."""
+        exp = self.running(prompt, kind=kind)
+        if exp is None:
+            return None
+        arm = exp.assign(unit)
+        return Assignment(prompt, arm.version, arm.name, exp.id, kind)
 
     # -- decisions -------------------------------------------------------------------------
-    def monitor(self, prompt: str) -> Monitor:
+    def monitor(self, prompt: str, *, kind: str = PROMPT) -> Monitor:
         """An incremental monitor for the running experiment (feed it, then :meth:`evaluate`).
 
         Raises:
             ConfigError: No running experiment.
         """
-        return self.engine.monitor(self._require_running(prompt))
+        return self.engine.monitor(self._require_running(prompt, kind))
 
-    def _require_running(self, prompt: str) -> Experiment:
-        exp = self.running(prompt)
+    def _require_running(self, prompt: str, kind: str) -> Experiment:
+        exp = self.running(prompt, kind=kind)
         if exp is None:
+            start = (
+                "evoharness prompts rollout NAME VERSION"
+                if kind == PROMPT
+                else f"evoharness rollout start {kind} {prompt} VERSION"
+            )
             raise ConfigError(
-                f"prompt {prompt!r} has no running rollout: start one with "
-                "evoharness prompts rollout NAME VERSION",
+                f"{kind} {prompt!r} has no running rollout: start one with {start}",
                 field="prompt",
             )
         return exp
@@ -254,6 +299,7 @@ class RolloutController:
         prompt: str,
         outcomes: Mapping[str, Sequence[Outcome]] | None = None,
         *,
+        kind: str = PROMPT,
         monitor: Monitor | None = None,
         apply: bool = True,
     ) -> Decision:
@@ -267,10 +313,10 @@ class RolloutController:
         Raises:
             ConfigError: No running experiment (or it ended meanwhile).
         """
-        exp = self._require_running(prompt)
+        exp = self._require_running(prompt, kind)
         decision = self._decide(exp, outcomes, monitor)
-        with self._locked(prompt):
-            latest = self._require_running(prompt)
+        with self._locked(prompt, kind):
+            latest = self._require_running(prompt, kind)
             if latest != exp:  # a stage change, a promote or a rollback got there first
                 exp, decision = latest, self._decide(latest, outcomes, monitor)
             self._record(decision)
@@ -306,7 +352,10 @@ class RolloutController:
             exp = exp.model_copy(update={"stage": d.to_stage, "stage_started_at": now})
         elif d.action == "promote":
             arm = exp.arm(d.arm or exp.candidates[0].name)
-            self.prompts.promote(exp.prompt, arm.version, actor=d.actor, reason=d.reason)
+            assert arm.version is not None  # only a control serves nothing
+            self.labels_of(exp.kind).promote(
+                exp.prompt, arm.version, actor=d.actor, reason=d.reason
+            )
             self._drop_candidate(exp, d)
             exp = exp.model_copy(
                 update={
@@ -325,11 +374,16 @@ class RolloutController:
         return exp
 
     def _drop_candidate(self, exp: Experiment, d: Decision) -> None:
-        unlabel = getattr(self.prompts, "unlabel", None)
-        if unlabel is not None and CANDIDATE in self.prompts.labels(exp.prompt):
+        labels = self.labels_of(exp.kind)
+        unlabel = getattr(labels, "unlabel", None)
+        candidate = labels.labels(exp.prompt).get(CANDIDATE)
+        ours = {a.version for a in exp.candidates}
+        if unlabel is not None and candidate is not None and candidate in ours:
             unlabel(exp.prompt, CANDIDATE, actor=d.actor, reason=d.reason)
 
-    def rollback(self, prompt: str, *, reason: str, actor: str = "evoharness") -> Decision:
+    def rollback(
+        self, prompt: str, *, reason: str, kind: str = PROMPT, actor: str = "evoharness"
+    ) -> Decision:
         """Roll back now: end the running experiment (everyone new gets the control), or,
         with none running, restore the version active before the last promote.
 
@@ -337,8 +391,8 @@ class RolloutController:
         either the rollback ends the experiment (and the promote finds nothing running) or
         the promote completes first and this restores the version active before it.
         """
-        with self._locked(prompt):
-            exp = self.running(prompt)
+        with self._locked(prompt, kind):
+            exp = self.running(prompt, kind=kind)
             if exp is not None:
                 d = Decision(
                     experiment_id=exp.id,
@@ -352,10 +406,12 @@ class RolloutController:
                 self._record(d)
                 self._apply(exp, d)
                 return d
-            restored = self.prompts.rollback(prompt, actor=actor, reason=reason)
-            last = self.current(prompt)
+            restored = self.labels_of(kind).rollback(prompt, actor=actor, reason=reason)
+            last = self.current(prompt, kind=kind)
             d = Decision(
-                experiment_id=last.id if last is not None else f"{prompt}-manual",
+                experiment_id=last.id
+                if last is not None
+                else f"{rollout_name(kind, prompt)}-manual",
                 action="rollback",
                 reason=f"manual: {reason} (restored v{restored})",
                 at=self.clock(),
@@ -369,6 +425,7 @@ class RolloutController:
         prompt: str,
         *,
         reason: str,
+        kind: str = PROMPT,
         version: int | None = None,
         actor: str = "evoharness",
     ) -> Decision:
@@ -381,20 +438,22 @@ class RolloutController:
         Raises:
             ConfigError: Nothing to promote (no experiment and no ``version``).
         """
-        with self._locked(prompt):
-            return self._promote(prompt, reason=reason, version=version, actor=actor)
+        with self._locked(prompt, kind):
+            return self._promote(prompt, kind, reason=reason, version=version, actor=actor)
 
-    def _promote(self, prompt: str, *, reason: str, version: int | None, actor: str) -> Decision:
-        exp = self.running(prompt)
+    def _promote(
+        self, prompt: str, kind: str, *, reason: str, version: int | None, actor: str
+    ) -> Decision:
+        exp = self.running(prompt, kind=kind)
         if exp is None:
             if version is None:
                 raise ConfigError(
-                    f"prompt {prompt!r} has no running rollout: name the version to promote",
+                    f"{kind} {prompt!r} has no running rollout: name the version to promote",
                     field="version",
                 )
-            self.prompts.promote(prompt, version, actor=actor, reason=reason)
+            self.labels_of(kind).promote(prompt, version, actor=actor, reason=reason)
             d = Decision(
-                experiment_id=f"{prompt}-manual",
+                experiment_id=f"{rollout_name(kind, prompt)}-manual",
                 action="promote",
                 reason=f"manual: {reason} (v{version} active)",
                 at=self.clock(),
@@ -429,3 +488,20 @@ class RolloutController:
             Decision.model_validate(v.content)
             for v in self.registry.versions(DECISION_KIND, experiment_id)
         ]
+
+
+def assignment_for(
+    rollout: RolloutController | None,
+    registry: Registry,
+    kind: str,
+    name: str,
+    unit: str,
+    *,
+    label: str = ACTIVE,
+) -> Assignment:
+    """What a session source serves ``unit`` of ``kind/name``: its arm of the running rollout
+    (sticky), else the version ``label`` points at (``None``: nothing yet)."""
+    arm = rollout.arm_for(name, unit, kind=kind) if rollout is not None else None
+    if arm is not None:
+        return arm
+    return Assignment(name, registry.labels(kind, name).get(label), kind=kind)

@@ -1,8 +1,11 @@
-"""A prompt rollout experiment: arms, staged traffic, and its state in the registry.
+"""A rollout experiment: arms, staged traffic, and its state in the registry.
 
-The experiment for prompt ``P`` is the registry artifact ``("rollout", P)``; every state
-change (start, stage change, promote, rollback) publishes a new version of it, so its history
-is the registry's audit log, and every app instance sees a change on its next session.
+Any artifact kind can be rolled out: prompt versions, memory snapshots, guard-rule versions,
+adapter versions, skill sets. The experiment for prompt ``P`` is the registry artifact
+``("rollout", P)``; for any other kind ``K`` it is ``("rollout", "K/P")``
+(:func:`rollout_name`). Every state change (start, stage change, promote, rollback)
+publishes a new version of it, so its history is the registry's audit log, and every app
+instance sees a change on its next session.
 """
 
 from __future__ import annotations
@@ -19,9 +22,17 @@ from evoharness.sdk.rollout.assignment import assign
 ROLLOUT_KIND = "rollout"
 DECISION_KIND = "rollout_decision"
 CONTROL = "control"
+PROMPT = "prompt"
+"""The kind a rollout is about unless it says otherwise."""
 DEFAULT_STAGES = (0.1, 0.3, 1.0)
 
 ExperimentStatus = Literal["running", "promoted", "rolled_back", "stopped"]
+
+
+def rollout_name(kind: str, name: str) -> str:
+    """The name of ``kind/name``'s experiment artifact: the prompt's own name for prompts
+    (as it always was), ``<kind>/<name>`` for every other kind."""
+    return name if kind == PROMPT else f"{kind}/{name}"
 
 
 def check_stages(stages: list[float]) -> list[float]:
@@ -41,12 +52,17 @@ def check_stages(stages: list[float]) -> list[float]:
 
 
 class Arm(BaseModel):
-    """One arm: a name, the prompt version it serves, and its weight among candidates."""
+    """One arm: a name, the version it serves, and its weight among candidates.
+
+    ``version`` is ``None`` only for the control of a kind that serves nothing while no
+    version is active (no memory, no learned guard rules, the base model instead of an
+    adapter): the first version of such an artifact is rolled out against nothing.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    version: int
+    version: int | None
     weight: float = Field(default=1.0, gt=0)
 
 
@@ -55,7 +71,9 @@ class Experiment(BaseModel):
 
     Attributes:
         id: Experiment id (recorded on every trace).
-        prompt: The prompt name.
+        prompt: The artifact's name (the prompt's, for a prompt rollout).
+        kind: The artifact kind rolled out (``prompt``, ``memory``, ``guard_rules``,
+            ``adapter``, ``skills``, ...).
         salt: Hash salt for bucketing (defaults to the id).
         control: The version active when the experiment started.
         candidates: The versions under test (weights split the exposed traffic).
@@ -75,6 +93,7 @@ class Experiment(BaseModel):
 
     id: str = Field(default_factory=lambda: "exp-" + uuid.uuid4().hex[:12])
     prompt: str
+    kind: str = PROMPT
     salt: str = ""
     control: Arm
     candidates: list[Arm] = Field(min_length=1)
@@ -109,7 +128,19 @@ class Experiment(BaseModel):
         names = [self.control.name] + [a.name for a in self.candidates]
         if len(set(names)) != len(names):
             raise ValueError(f"arm names must be unique, got {names}")
+        if any(a.version is None for a in self.candidates):
+            raise ValueError("every candidate arm serves a version")
         return self
+
+    @property
+    def name(self) -> str:
+        """The artifact's name within its kind."""
+        return self.prompt
+
+    @property
+    def artifact(self) -> str:
+        """``<kind>/<name>``: the artifact rolled out, as traces name it."""
+        return f"{self.kind}/{self.prompt}"
 
     @property
     def running(self) -> bool:
@@ -142,16 +173,16 @@ class Experiment(BaseModel):
 
 
 class ExperimentStore:
-    """Experiments as registry artifacts ``("rollout", <prompt>)``; the latest version is the
-    current state."""
+    """Experiments as registry artifacts ``("rollout", <name>)`` (:func:`rollout_name`); the
+    latest version is the current state."""
 
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
 
-    def current(self, prompt: str) -> Experiment | None:
-        """The latest experiment state for ``prompt`` (running or ended), if any."""
+    def current(self, prompt: str, *, kind: str = PROMPT) -> Experiment | None:
+        """The latest experiment state for ``kind/prompt`` (running or ended), if any."""
         try:
-            latest = self.registry.get(ROLLOUT_KIND, prompt)
+            latest = self.registry.get(ROLLOUT_KIND, rollout_name(kind, prompt))
         except ArtifactNotFound:
             return None
         return Experiment.model_validate(latest.content)
@@ -160,15 +191,15 @@ class ExperimentStore:
         """Publish the new state (an audited ``publish`` event); returns its version."""
         return self.registry.publish(
             ROLLOUT_KIND,
-            experiment.prompt,
+            rollout_name(experiment.kind, experiment.prompt),
             experiment.model_dump(mode="json"),
             metadata={"reason": reason, "status": experiment.status, "stage": experiment.stage},
             author=actor,
         ).version
 
-    def history(self, prompt: str) -> list[Experiment]:
+    def history(self, prompt: str, *, kind: str = PROMPT) -> list[Experiment]:
         """Every saved state, oldest first."""
         return [
             Experiment.model_validate(v.content)
-            for v in self.registry.versions(ROLLOUT_KIND, prompt)
+            for v in self.registry.versions(ROLLOUT_KIND, rollout_name(kind, prompt))
         ]

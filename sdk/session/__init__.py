@@ -10,6 +10,7 @@ session. Built-in kinds: prompts (:class:`PromptSource`), memory snapshots
 
 from evoharness.sdk.session.adapter import (
     ADAPTER,
+    LoadsAdapters,
     PinnedAdapterMiddleware,
     RegistryAdapterSource,
     RouterAdapterSource,
@@ -39,6 +40,7 @@ __all__ = [
     "PROMPT",
     "ArtifactSource",
     "GuardRulesSource",
+    "LoadsAdapters",
     "MemorySource",
     "PinnedAdapterMiddleware",
     "PinnedGuardRulesMiddleware",

@@ -19,7 +19,9 @@ why; the generation's ``model`` names the version that served.
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -30,17 +32,21 @@ from langchain_core.messages import AIMessage
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
 from evoharness.sdk.registry.base import Registry
+from evoharness.sdk.rollout.controller import RolloutController, assignment_for
 from evoharness.sdk.serving.local import FALLBACK_KEY
 from evoharness.sdk.session.door import PinnedRequestMiddleware, Resolved, SessionContext, pinned
 
 __all__ = [
     "ADAPTER",
+    "LoadsAdapters",
     "PinnedAdapterMiddleware",
     "RegistryAdapterSource",
     "RouterAdapterSource",
     "ServesAdapters",
     "model_with_adapter",
 ]
+
+log = logging.getLogger("evoharness.session")
 
 ADAPTER = "adapter"
 """The artifact kind of adapter versions (``evolve.weights`` publishes them)."""
@@ -74,30 +80,92 @@ def model_with_adapter(model: Any, adapter: str) -> BaseChatModel:
     )
 
 
+@runtime_checkable
+class LoadsAdapters(Protocol):
+    """Where adapter versions are loaded before sessions are routed to them: the CPU pool
+    (:class:`~evoharness.sdk.serving.local.AdapterPool`) or the vLLM manager
+    (:class:`~evoharness.sdk.serving.vllm.VLLMAdapterManager`, which loads on every replica,
+    verifies and warms up)."""
+
+    def load(self, name: str, path: str) -> None:
+        """Load the adapter at ``path`` under the immutable name ``name`` (idempotent for a
+        name already loaded from the same path)."""
+        ...
+
+
 class RegistryAdapterSource:
-    """Resolves the adapter version the registry's label serves.
+    """Resolves the adapter version the registry serves, and has serving load it first.
+
+    The registry is the one place an adapter is activated: ``evoharness weights activate``
+    (or a rollout's promotion) moves the ``active`` label, and the next session resolves
+    the new version here. With ``serving``, a version is loaded there (the pool, or every
+    vLLM replica) the first time a session resolves it, before that session's calls are
+    routed to it; a version that cannot be loaded is recorded as the session's fallback and
+    the serving model answers with the previous version (``adapter_degraded``).
 
     Args:
         registry: Where the adapter versions live.
         name: The adapter artifact (the policy), e.g. ``policy``.
         label: The label new sessions follow.
+        rollout: Consulted first: while an adapter version is rolled out, a session gets
+            its arm (sticky by user) and records it.
+        serving: Loads each version before it is routed to (``None``: the app loads them).
     """
 
     kind = ADAPTER
 
-    def __init__(self, registry: Registry, name: str, *, label: str = "active") -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        name: str,
+        *,
+        label: str = "active",
+        rollout: RolloutController | None = None,
+        serving: LoadsAdapters | None = None,
+    ) -> None:
         self.registry = registry
         self.name = name
         self.label = label
+        self.rollout = rollout
+        self.serving = serving
+        self._loaded: set[str] = set()
+        self._lock = threading.Lock()
+
+    def _load(self, version: int, served: str) -> str | None:
+        """Load ``served`` into serving once; the reason when it could not be."""
+        if self.serving is None:
+            return None
+        with self._lock:  # one load per version, also when sessions start at once
+            if served in self._loaded:
+                return None
+            try:
+                path = str(self.registry.get(ADAPTER, self.name, version).content["path"])
+                self.serving.load(served, path)
+            except Exception as exc:  # serving falls back to what it has loaded
+                log.warning("adapter %s not loaded: %s", served, exc)
+                return f"{type(exc).__name__}: {exc}"
+            self._loaded.add(served)
+            return None
 
     def resolve(self, context: SessionContext) -> Resolved:
-        """``<name>-v<N>`` for the version ``label`` points at (nothing: the base model)."""
-        version = self.registry.labels(ADAPTER, self.name).get(self.label)
+        """``<name>-v<N>`` for the session's arm of a running rollout, else for the version
+        ``label`` points at (nothing: the base model), loaded into serving first."""
+        got = assignment_for(
+            self.rollout, self.registry, ADAPTER, self.name, context.unit, label=self.label
+        )
+        version, via = got.version, (got.arm, got.experiment_id)
         if version is None:
-            return Resolved(ADAPTER, self.name)
+            return Resolved(ADAPTER, self.name, arm=via[0], experiment_id=via[1])
         served = f"{self.name}-v{version}"
         return Resolved(
-            ADAPTER, self.name, version=str(version), value=served, detail={"served": served}
+            ADAPTER,
+            self.name,
+            version=str(version),
+            value=served,
+            fallback=self._load(version, served),
+            detail={"served": served},
+            arm=via[0],
+            experiment_id=via[1],
         )
 
     def middleware(self) -> AgentMiddleware[Any, Any, Any]:

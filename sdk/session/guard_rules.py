@@ -17,6 +17,7 @@ from langchain.agents.middleware import AgentMiddleware
 from evoharness.harness.governance.output_guard import GuardRuleSet, OutputGuardMiddleware
 from evoharness.sdk.registry.base import Registry
 from evoharness.sdk.registry.guard_rules import EMPTY, GUARD_RULES, rules_of
+from evoharness.sdk.rollout.controller import RolloutController, assignment_for
 from evoharness.sdk.session.door import Resolved, SessionContext, pinned
 
 __all__ = ["GuardRulesSource", "PinnedGuardRulesMiddleware"]
@@ -29,29 +30,50 @@ class GuardRulesSource:
         registry: Where the rule sets live.
         name: The ``guard_rules`` artifact (evolve's default is ``default``).
         label: The label new sessions follow.
+        rollout: Consulted first: while a rule version is rolled out, a session gets its
+            arm (sticky by user) and records it.
     """
 
     kind = GUARD_RULES
 
-    def __init__(self, registry: Registry, name: str = "default", *, label: str = "active") -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        name: str = "default",
+        *,
+        label: str = "active",
+        rollout: RolloutController | None = None,
+    ) -> None:
         self.registry = registry
         self.name = name
         self.label = label
+        self.rollout = rollout
         self._sets: dict[int, GuardRuleSet] = {}  # versions are immutable: parse each once
         self._lock = threading.Lock()
 
     def resolve(self, context: SessionContext) -> Resolved:
-        """The rule set ``label`` points at (nothing before the first one is published)."""
-        version = self.registry.labels(GUARD_RULES, self.name).get(self.label)
+        """The session's arm of the rules' running rollout (sticky by user), else the rule
+        set ``label`` points at (nothing before the first one is published)."""
+        got = assignment_for(
+            self.rollout, self.registry, GUARD_RULES, self.name, context.unit, label=self.label
+        )
+        version, via = got.version, (got.arm, got.experiment_id)
         if version is None:
-            return Resolved(GUARD_RULES, self.name)
+            return Resolved(GUARD_RULES, self.name, arm=via[0], experiment_id=via[1])
         with self._lock:
             rules = self._sets.get(version)
         if rules is None:
             rules = rules_of(self.registry.get(GUARD_RULES, self.name, version))
             with self._lock:
                 self._sets[version] = rules
-        return Resolved(GUARD_RULES, self.name, version=str(version), value=rules)
+        return Resolved(
+            GUARD_RULES,
+            self.name,
+            version=str(version),
+            value=rules,
+            arm=via[0],
+            experiment_id=via[1],
+        )
 
     def middleware(self) -> AgentMiddleware[Any, Any, Any]:
         """Checks answers against the pinned rule set."""

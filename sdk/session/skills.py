@@ -22,7 +22,8 @@ from evoharness.harness.context.skills import SkillCard, SkillsMiddleware
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.tracing import Tracer
 from evoharness.sdk.registry.base import Registry
-from evoharness.sdk.rollout import bucket
+from evoharness.sdk.rollout.assignment import bucket
+from evoharness.sdk.rollout.controller import RolloutController
 from evoharness.sdk.session.door import Resolved, SessionContext, current_pin
 from evoharness.sdk.skills.registry import SKILLS, CaseKey, SkillSet, skill_set_of, workflow_of
 
@@ -45,6 +46,8 @@ class SkillsSource:
         candidate_share: That share (0-1), sticky by the session's rollout unit (user);
             those sessions record the arm ``candidate``.
         keep: Skill-set versions kept parsed in memory.
+        rollout: Consulted first: while a skill-set version is rolled out (any kind is a
+            rollout arm), a session gets its arm (sticky by user) and records it.
     """
 
     kind = SKILLS
@@ -60,6 +63,7 @@ class SkillsSource:
         candidate: str | None = None,
         candidate_share: float = 0.0,
         keep: int = 4,
+        rollout: RolloutController | None = None,
     ) -> None:
         if not 0.0 <= candidate_share <= 1.0:
             raise ConfigError("candidate_share must be between 0 and 1", field="candidate_share")
@@ -71,6 +75,7 @@ class SkillsSource:
         self.candidate = candidate
         self.candidate_share = candidate_share
         self.keep = keep
+        self.rollout = rollout
         self._sets: OrderedDict[int, SkillSet] = OrderedDict()
         self._cards: dict[tuple[int, str], list[SkillCard]] = {}
         self._lock = threading.Lock()
@@ -102,13 +107,26 @@ class SkillsSource:
         return None, labels.get(self.label)
 
     def resolve(self, context: SessionContext) -> Resolved:
-        """The set ``label`` points at (or the rolled-out candidate); nothing before the
-        first version is published."""
-        arm, version = self._arm(context, self.registry.labels(SKILLS, self.name))
+        """The session's arm of the set's running rollout (sticky by user), else the set
+        ``label`` points at (or the shared-out candidate); nothing before the first
+        version is published."""
+        rolled = (
+            self.rollout.arm_for(self.name, context.unit, kind=SKILLS) if self.rollout else None
+        )
+        experiment = None
+        if rolled is not None:
+            arm, version, experiment = rolled.arm, rolled.version, rolled.experiment_id
+        else:
+            arm, version = self._arm(context, self.registry.labels(SKILLS, self.name))
         if version is None:
-            return Resolved(SKILLS, self.name)
+            return Resolved(SKILLS, self.name, arm=arm, experiment_id=experiment)
         return Resolved(
-            SKILLS, self.name, version=str(version), value=self.skill_set(version), arm=arm
+            SKILLS,
+            self.name,
+            version=str(version),
+            value=self.skill_set(version),
+            arm=arm,
+            experiment_id=experiment,
         )
 
     def cards(self, skills: SkillSet, query: str) -> list[SkillCard]:

@@ -23,9 +23,10 @@ from evoharness.evolve.judging.jobs import judge_episodes
 from evoharness.evolve.judging.state import EvolveState
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import Environment
-from evoharness.sdk.memory import MemoryEntry, MemoryStore, memory_provider
-from evoharness.sdk.registry import GuardRuleVersions, active_guard_rules, open_registry
+from evoharness.sdk.memory import MemoryEntry, MemoryStore
+from evoharness.sdk.registry import GuardRuleVersions, open_registry
 from evoharness.sdk.runner import RunReport, TaskResult, run_tasks
+from evoharness.sdk.session import GuardRulesSource, MemorySource
 
 
 class Phase(BaseModel):
@@ -70,13 +71,16 @@ def run_demo(
     guard_rules = GuardRuleVersions(registry, plugin.name)
     grader = build_judge(plugin)
     rubrics = build_rubrics(plugin)
-    world = runtime_of(plugin, guard_rules=active_guard_rules(registry, plugin.name))
+    world = runtime_of(plugin)
+    # what evolve learns reaches the agent through the session door, as in an app
+    door = [MemorySource(registry, plugin.name), GuardRulesSource(registry, plugin.name)]
     val = world.tasks("val")[:val_limit] if val_limit else world.tasks("val")
     train = world.tasks("train")[:train_limit] if train_limit else world.tasks("train")
 
     def run(
         e: Environment, tasks: Sequence[Any], harness: bool, tags: list[str]
     ) -> list[TaskResult]:
+        """The tasks through create_evo_agent; harnessed runs get the door's artifacts."""
         if on_phase is not None:
             on_phase(f"running {len(tasks)} tasks: {' '.join(tags)}")
         return asyncio.run(
@@ -88,6 +92,7 @@ def run_demo(
                 concurrency=concurrency,
                 tracer=tracer,
                 tags=tags,
+                artifacts=door if harness else (),
             )
         )
 
@@ -112,12 +117,7 @@ def run_demo(
             concurrency=concurrency,
         )
     )
-    learned_env = runtime_of(
-        plugin,
-        guard_rules=active_guard_rules(registry, plugin.name),
-        references=memory_provider(memory),
-    )
-    results.append(("harnessed + learned", run(learned_env, val, True, ["val", "after"])))
+    results.append(("harnessed + learned", run(world, val, True, ["val", "after"])))
     store.flush(60)
     val_ids = {r.trace_id for _, rs in results for r in rs if r.trace_id}
     episodes = [

@@ -6,6 +6,15 @@ Skills format) and, where the routine steps need no model, a workflow proven by 
 before it goes live. See ``docs/skills.md``.
 """
 
+from evoharness.evolve.episodes.steps import (
+    ProcedureStep,
+    RunCall,
+    RunStep,
+    common_prefix,
+    procedure_of,
+    run_steps,
+    shared_steps,
+)
 from evoharness.evolve.skills.compile import compile_workflow, replays
 from evoharness.evolve.skills.dataflow import ClusterRun, Dataflow, StepFlow, infer_dataflow
 from evoharness.evolve.skills.distill import LearnedSkill, SkillDistiller
@@ -16,15 +25,6 @@ from evoharness.evolve.skills.gate import (
     compare_arms,
     decide,
     promote_if_proven,
-)
-from evoharness.evolve.episodes.steps import (
-    ProcedureStep,
-    RunCall,
-    RunStep,
-    common_prefix,
-    procedure_of,
-    run_steps,
-    shared_steps,
 )
 
 __all__ = [

@@ -14,8 +14,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from evoharness.evolve.skills.dataflow import ClusterRun, Dataflow, feeds
 from evoharness.evolve.episodes.steps import RunCall
+from evoharness.evolve.skills.dataflow import ClusterRun, Dataflow, feeds
 from evoharness.harness.context.skills import StepCall, StepResult, drive
 from evoharness.sdk.skills import ArgSource, Workflow, WorkflowStep, workflow_tool_name
 

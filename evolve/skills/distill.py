@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evoharness.evolve import Episode, Verdict
-from evoharness.evolve.skills.compile import compile_workflow
-from evoharness.evolve.skills.dataflow import ClusterRun, Dataflow, StepFlow, infer_dataflow
 from evoharness.evolve.episodes.steps import (
     ProcedureStep,
     common_prefix,
@@ -35,6 +33,8 @@ from evoharness.evolve.episodes.steps import (
     run_steps,
     shared_steps,
 )
+from evoharness.evolve.skills.compile import compile_workflow
+from evoharness.evolve.skills.dataflow import ClusterRun, Dataflow, StepFlow, infer_dataflow
 from evoharness.sdk.skills import WORKFLOW_FILE, ArgSource, Param, Skill, Workflow, skill_name
 
 __all__ = ["LearnedSkill", "SkillDistiller"]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from langchain.agents.middleware import AgentMiddleware, ToolErrorMiddleware
 from langchain.agents.middleware.types import ToolCallRequest
 from langchain_core.language_models import BaseChatModel
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from evoharness.harness._options import PathOption, StrictOptions
 from evoharness.harness.breaker.middleware import CircuitBreakerMiddleware, KeyFn, key_by_tool
 from evoharness.harness.breaker.state import BreakerBackend, BreakerConfig
 from evoharness.harness.compose import ComposedMiddleware, walk_middleware
@@ -26,8 +27,13 @@ from evoharness.harness.governance.tool_guard import PhasePolicy, ToolGuardMiddl
 from evoharness.harness.hooks.middleware import HookRegistry, HooksMiddleware, default_registry
 
 
-class HarnessConfig(BaseModel):
-    """Options of :func:`default_middleware`; ``None`` turns a behaviour off."""
+class HarnessConfig(StrictOptions):
+    """Options of :func:`default_middleware`; ``None`` turns a behaviour off.
+
+    Strict types (``loop_same_call="3"``, ``True`` or ``3.0`` is a
+    :class:`~evoharness.harness.errors.ConfigError` naming the field); paths may be strings,
+    ``loop_poll_tools`` any collection of names.
+    """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
@@ -41,7 +47,7 @@ class HarnessConfig(BaseModel):
     """Consecutive calls of one tool, any arguments, that make a loop (off: batches are
     legitimate work)."""
     loop_escalate_after: int = 2
-    loop_poll_tools: frozenset[str] = frozenset()
+    loop_poll_tools: Annotated[frozenset[str], Field(strict=False)] = frozenset()
     """Tools safe to poll: their repeated calls are a loop only while results stay the same."""
     budget_tokens: int | None = None
     drift_every: int | None = 3
@@ -52,14 +58,14 @@ class HarnessConfig(BaseModel):
     reply_check: ReplyCheckConfig | None = Field(default_factory=ReplyCheckConfig)
     """Malformed tool calls, empty and cut-off replies; off when ``None``."""
     guard_rules: GuardRuleSet | None = None
-    guard_rules_path: Path | None = None
+    guard_rules_path: PathOption | None = None
     """A rule file reloaded when it changes."""
     guard_rules_provider: Callable[[], GuardRuleSet] | None = None
     """Returns the current rules on each check, e.g. the registry's active version
     (``evoharness.sdk.registry.active_guard_rules``)."""
     context: ContextConfig | None = None
     """Context engineering (window, offload, compaction, summaries); off when ``None``."""
-    cold_dir: Path = Path(".evoharness/cold")
+    cold_dir: PathOption = Path(".evoharness/cold")
 
 
 def tool_error_text(exc: Exception, request: ToolCallRequest) -> str:

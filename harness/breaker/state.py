@@ -20,19 +20,21 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from evoharness.harness._options import StrictOptions
 from evoharness.harness.errors import ConfigError
 
 BreakerState = Literal["closed", "open", "half_open"]
 
 
-class BreakerConfig(BaseModel):
+class BreakerConfig(StrictOptions):
     """Breaker thresholds (defaults follow resilience4j's count-based breaker).
 
-    Invalid values raise :class:`~evoharness.harness.errors.ConfigError` naming the field.
+    Invalid values (a wrong type included: ``"10"``, ``True`` and ``10.0`` are not 10) raise
+    :class:`~evoharness.harness.errors.ConfigError` naming the field.
 
     Example:
         ``BreakerConfig(window_size=20, minimum_calls=5, open_duration_s=30)``
@@ -57,21 +59,6 @@ class BreakerConfig(BaseModel):
     idle_ttl_s: float = Field(
         24 * 3600.0, gt=0.0, description="Closed keys unused this long are forgotten"
     )
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}"
-                for e in exc.errors()
-            )
-            first = exc.errors()[0]["loc"] if exc.errors() else ()
-            raise ConfigError(
-                f"Invalid BreakerConfig ({problems}). Fix the value(s) named; see the "
-                "field descriptions of evoharness.harness.BreakerConfig.",
-                field=str(first[0]) if first else None,
-            ) from None
 
     @model_validator(mode="after")
     def _consistent(self) -> BreakerConfig:

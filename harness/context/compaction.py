@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from evoharness.harness._options import StrictOptions
 
 
-class ProjectionRule(BaseModel):
+class ProjectionRule(StrictOptions):
     """Keep only ``fields`` of the objects in every list of a tool's JSON result, and at most
     ``top_n`` of them.
 

@@ -37,9 +37,10 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from evoharness.harness._messages import ToolResult, text_of
+from evoharness.harness._options import StrictOptions
 from evoharness.harness._steps import (
     ModelAsk,
     ModelCall,
@@ -68,8 +69,12 @@ from evoharness.harness.events import EventLog
 from evoharness.harness.tokens import TokenCounter
 
 
-class ContextConfig(BaseModel):
-    """Thresholds of the context layers (tokens are counted, not guessed, when possible)."""
+class ContextConfig(StrictOptions):
+    """Thresholds of the context layers (tokens are counted, not guessed, when possible).
+
+    Strict types: ``rounds_trigger="10"``, ``True`` or ``10.0`` is a
+    :class:`~evoharness.harness.errors.ConfigError` naming the field.
+    """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 

@@ -17,6 +17,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemM
 
 from evoharness.harness._history import history_stats
 from evoharness.harness._messages import last_ai, text_of, with_note
+from evoharness.harness._options import check_types
 from evoharness.harness._steps import ModelAsk, adrive, ainvoke_model, drive, invoke_model
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
@@ -94,6 +95,13 @@ class DriftCheckMiddleware(AgentMiddleware[Any, Any, Any]):
         events: EventLog | None = None,
     ) -> None:
         super().__init__()
+        check_types(
+            "DriftCheckMiddleware",
+            every=(every, int),
+            min_overlap=(min_overlap, float),
+            window=(window, int),
+            severe_limit=(severe_limit, int),
+        )
         if every < 1 or not 0 <= min_overlap <= 1:
             raise ConfigError("every must be >= 1 and 0 <= min_overlap <= 1", field="every")
         self.every = every

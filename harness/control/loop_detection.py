@@ -33,6 +33,7 @@ from evoharness.harness._history import (
     result_digest,
 )
 from evoharness.harness._messages import current_turn, with_note
+from evoharness.harness._options import check_types
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
 
@@ -152,6 +153,12 @@ class LoopDetectionMiddleware(AgentMiddleware[Any, Any, Any]):
         events: EventLog | None = None,
     ) -> None:
         super().__init__()
+        check_types(
+            "LoopDetectionMiddleware",
+            same_call=(same_call, int),
+            same_tool=(same_tool, int | None),
+            escalate_after=(escalate_after, int),
+        )
         if same_call < 2 or (same_tool is not None and same_tool < 2):
             raise ConfigError(
                 "same_call and same_tool must be at least 2 (same_tool=None turns it off)",

@@ -35,9 +35,10 @@ from typing import Any, Literal
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from evoharness.harness._messages import ToolResult, current_turn, text_of, with_note
+from evoharness.harness._options import StrictOptions
 from evoharness.harness._steps import ModelCall, ModelCallSteps
 from evoharness.harness.events import EventLog
 
@@ -48,7 +49,7 @@ Problem = Literal["malformed", "empty", "truncated"]
 _RAW_CHARS = 300
 
 
-class ReplyCheckConfig(BaseModel):
+class ReplyCheckConfig(StrictOptions):
     """Options of :class:`ReplyCheckMiddleware`.
 
     Attributes:

@@ -9,6 +9,7 @@ from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResp
 
 from evoharness.harness._history import history_stats, reply_tokens
 from evoharness.harness._messages import last_ai, with_note
+from evoharness.harness._options import check_types
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
 
@@ -44,6 +45,12 @@ class TokenBudgetMiddleware(AgentMiddleware[Any, Any, Any]):
         events: EventLog | None = None,
     ) -> None:
         super().__init__()
+        check_types(
+            "TokenBudgetMiddleware",
+            budget_tokens=(budget_tokens, int),
+            tight_at=(tight_at, float),
+            minimal_at=(minimal_at, float),
+        )
         if budget_tokens <= 0 or not 0 < tight_at < minimal_at <= 1:
             raise ConfigError(
                 "need budget_tokens > 0 and 0 < tight_at < minimal_at <= 1", field="budget"

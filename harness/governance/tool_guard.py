@@ -14,6 +14,7 @@ from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evoharness.harness._messages import ToolResult, observation
+from evoharness.harness._options import StrictOptions, check_types
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
 
@@ -27,7 +28,7 @@ class PhaseState(AgentState[Any]):
     phase: NotRequired[str]
 
 
-class PhasePolicy(BaseModel):
+class PhasePolicy(StrictOptions):
     """Which tools each phase allows, and which successful tool advances to which phase.
 
     Example:
@@ -115,6 +116,7 @@ class ToolGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         events: EventLog | None = None,
     ) -> None:
         super().__init__()
+        check_types("ToolGuardMiddleware", max_result_chars=(max_result_chars, int | None))
         if max_result_chars is not None and max_result_chars < 100:
             raise ConfigError("max_result_chars must be at least 100", field="max_result_chars")
         self.allowed = frozenset(allowed_tools) if allowed_tools is not None else None

@@ -9,9 +9,9 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
-from pydantic import ValidationError
 
 from evoharness.harness import (
+    ConfigError,
     EventLog,
     HarnessConfig,
     ReplyCheckConfig,
@@ -76,7 +76,7 @@ def test_problem_of_classifies_replies() -> None:
         problem_of(AIMessage("a full answer", response_metadata={"finish_reason": "stop"})) is None
     )
     assert problem_of(good("kettle")) is None
-    with pytest.raises(ValidationError):
+    with pytest.raises(ConfigError, match="max_retries"):
         ReplyCheckConfig(max_retries=-1)
 
 

@@ -522,6 +522,7 @@ def write_report(
     layer_results: dict[str, Any] | None,
     prices: Mapping[str, float] | None = None,
     since: float | None = None,
+    judge: str | None = None,
     on_progress: Progress | None = None,
 ) -> Path:
     """Write the HTML report to ``out`` (one file, no external references); returns ``out``.
@@ -535,6 +536,9 @@ def write_report(
         prices: USD per million tokens: ``input``, ``cached_input``, ``output`` (the cost
             plot is left out without them; layer rows may carry ``cost_per_task``).
         since: Only runs that started at or after this time.
+        judge: The environment whose judge's scores the quality plots show (default: the
+            rule of :func:`~evoharness.harness.tracing.provenance.resolve_scores`). Offline
+            runs (evaluations, searches, gates) are never read.
         on_progress: Called with the name of each step.
     """
     tick = on_progress or (lambda step: None)
@@ -542,7 +546,7 @@ def write_report(
     findings: list[Finding] = []
     if store is not None:
         tick("reading runs")
-        source = LocalTraceSource(store)
+        source = LocalTraceSource(store, judge=judge)
         episodes = [e for e in source.episodes(EpisodeFilter(since=since)) if not is_internal(e)]
         tick("reading monitor findings")
         findings = read_findings(source)

@@ -59,6 +59,7 @@ from evoharness.evolve.skills import (
 )
 from evoharness.harness import approx_tokens
 from evoharness.harness.tracing import Tracer, TraceStore
+from evoharness.harness.tracing.provenance import OFFLINE_TAG
 from evoharness.sdk.memory import MemoryStore
 from evoharness.sdk.registry import open_registry
 from evoharness.sdk.runner import TaskResult, run_tasks
@@ -233,13 +234,14 @@ def run_env(
     arms: dict[str, dict[str, list[TaskResult]]] = {}
     for split, tasks in (("val", val), ("guard", guard)):
         echo(f"[{name}] {split}: {len(tasks)} tasks x 2 arms")
-        arms[split] = {
-            "baseline": run(tasks, [split, "baseline"], baseline),
-            "skills": run(tasks, [split, "skills"], skills),
+        arms[split] = {  # the gate's runs: offline, never traffic to learn from
+            "baseline": run(tasks, [OFFLINE_TAG, split, "baseline"], baseline),
+            "skills": run(tasks, [OFFLINE_TAG, split, "skills"], skills),
         }
     store.flush(60)
     ids = {r.trace_id for a in arms.values() for rs in a.values() for r in rs if r.trace_id}
-    judged = [e for e in LocalTraceSource(store).episodes(EpisodeFilter()) if e.trace_id in ids]
+    everything = EpisodeFilter(include_offline=True)
+    judged = [e for e in LocalTraceSource(store).episodes(everything) if e.trace_id in ids]
     asyncio.run(
         judge_episodes(judged, grader=grader, rubrics=rubrics, state=state, concurrency=concurrency)
     )

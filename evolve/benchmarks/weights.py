@@ -56,6 +56,7 @@ from evoharness.evolve.weights.pipeline import (
 from evoharness.evolve.weights.training import build_trainer, prepare_rows, train
 from evoharness.evolve.weights.versions import EvalResult, TaskEval
 from evoharness.harness.tracing import Tracer, TraceStore
+from evoharness.harness.tracing.provenance import OFFLINE_TAG
 from evoharness.sdk.environment import Environment, TaskSpec, load_environment
 from evoharness.sdk.registry import open_registry
 from evoharness.sdk.runner import TaskResult, run_tasks
@@ -165,7 +166,11 @@ def fixed_subset(env: Environment, split: str, n: int) -> tuple[list[TaskSpec], 
 
 
 def _episode(store: TraceStore, version: str, result: TaskResult) -> Episode | None:
-    where = EpisodeFilter(tags=["weights-eval", version], metadata={"task_id": result.task_id})
+    where = EpisodeFilter(
+        tags=["weights-eval", version],
+        metadata={"task_id": result.task_id},
+        include_offline=True,
+    )
     return next(
         (e for e in LocalTraceSource(store).episodes(where) if e.trace_id == result.trace_id),
         None,
@@ -206,7 +211,7 @@ def _evaluate(
                 concurrency=1,
                 max_model_calls=max_calls,
                 tracer=Tracer(store),
-                tags=["weights-eval", version],
+                tags=[OFFLINE_TAG, "weights-eval", version],  # a gate's run: offline
             )
         )
         store.flush(10)

@@ -38,6 +38,7 @@ from evoharness.evolve.prompting.layer import (
 )
 from evoharness.evolve.prompting.reflect import SimulatedReflector
 from evoharness.evolve.routing.pools import route_all
+from evoharness.harness.tracing.provenance import eval_store_path
 from evoharness.sdk.registry import open_registry
 from evoharness.sdk.rollout import Outcome, RolloutController
 
@@ -105,7 +106,9 @@ def bad_case_packages(
     ids = set(run.trace_ids)
     episodes = [
         e
-        for e in LocalTraceSource(store).episodes(EpisodeFilter(tags=[f"eval:{run.eval_id}"]))
+        for e in LocalTraceSource(store).episodes(
+            EpisodeFilter(tags=[f"eval:{run.eval_id}"], include_offline=True)
+        )
         if e.trace_id in ids
     ]
     asyncio.run(
@@ -162,7 +165,7 @@ def run_prompt_demo(
     registry = open_registry(workdir / "registry.db")
     active = ensure_prompt(registry, env, world.system_prompt())
     memory_db = workdir / "memory.db"
-    traces = workdir / "traces.db"
+    traces = eval_store_path(workdir / "traces.db")  # offline runs: their own store
     results = EvalResults(workdir / "prompt-eval.db")
     evaluation = PairedEvaluation(
         env, results, executor=executor, trace_db=traces, memory_db=memory_db

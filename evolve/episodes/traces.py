@@ -27,6 +27,7 @@ from evoharness.harness.tracing.langfuse_codec import (
     score_from_api,
     trace_from_root,
 )
+from evoharness.harness.tracing.provenance import OFFLINE_TAG, resolve_scores
 from evoharness.harness.tracing.schema import Versions
 from evoharness.harness.tracing.store import TraceQuery, gc_paused
 
@@ -62,6 +63,13 @@ class Episode(Versions):
     user_id: str | None = None
     session_id: str | None = None
     scores: dict[str, float | str] = Field(default_factory=dict)
+    """The app's recorded scores, and one judge's scores under their plain names (``total``,
+    ``judge_success``, ...): the judge the source was configured with, else the rule of
+    :func:`~evoharness.harness.tracing.provenance.resolve_scores`."""
+    judge: str | None = None
+    """The environment whose judge's scores ``scores`` holds (``None``: no judge's)."""
+    judges: dict[str, dict[str, float | str]] = Field(default_factory=dict)
+    """Every judge's scores on this trace: environment -> score name -> value."""
     start_time: float = 0.0
     end_time: float | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -83,11 +91,19 @@ class EpisodeFilter(BaseModel):
     window, set ``newest_first`` and ``limit`` ("the last 100 with tag X"); for an
     incremental reader, pass the cursor the source gave last time as ``after_cursor``
     (and the one it gives now as ``upto_cursor``): only traces written since are read.
+
+    Offline runs (evaluation, search, gate and benchmark arms, tagged
+    :data:`~evoharness.harness.tracing.provenance.OFFLINE_TAG`) are left out unless
+    ``include_offline`` is set: every production read (cycle, judge, report, monitor)
+    reads app traffic only, even from a store that also holds offline runs.
     """
 
     since: float | None = None
     until: float | None = None
     tags: list[str] = Field(default_factory=list, description="All of these tags")
+    include_offline: bool = Field(
+        default=False, description="Also read offline runs (evaluations, searches, gates)"
+    )
     status: str | None = None
     session_id: str | None = None
     user_id: str | None = None
@@ -118,6 +134,7 @@ class EpisodeFilter(BaseModel):
             session_id=self.session_id,
             user_id=self.user_id,
             tags=self.tags,
+            without_tags=() if self.include_offline else (OFFLINE_TAG,),
             versions={k: v for k in _VERSION_FILTERS if (v := getattr(self, k)) is not None},
             artifacts=self.artifacts,
             metadata=self.metadata,
@@ -140,6 +157,8 @@ class EpisodeFilter(BaseModel):
             return False
         if not set(self.tags) <= set(t.tags):
             return False
+        if not self.include_offline and OFFLINE_TAG in t.tags:
+            return False
         for name in ("status", "session_id", "user_id", *_VERSION_FILTERS):
             wanted = getattr(self, name)
             if wanted is not None and getattr(t, name) != wanted:
@@ -155,6 +174,8 @@ class EpisodeFilter(BaseModel):
         if self.until is not None and e.start_time >= self.until:
             return False
         if not set(self.tags) <= set(e.tags):
+            return False
+        if not self.include_offline and OFFLINE_TAG in e.tags:
             return False
         for name in ("status", "session_id", "user_id", *_VERSION_FILTERS):
             wanted = getattr(self, name)
@@ -185,9 +206,16 @@ class TraceSource(Protocol):
 
 
 def build_episode(
-    trace: Trace, observations: Iterable[Observation], scores: Iterable[Score]
+    trace: Trace,
+    observations: Iterable[Observation],
+    scores: Iterable[Score],
+    *,
+    judge: str | None = None,
 ) -> Episode:
-    """Flatten one trace (the same code for every source)."""
+    """Flatten one trace (the same code for every source); ``judge``: the environment whose
+    judge's scores the episode's ``scores`` hold (default: the rule of
+    :func:`~evoharness.harness.tracing.provenance.resolve_scores`)."""
+    view = resolve_scores(scores, tags=trace.tags, judge=judge)
     obs = sorted(observations, key=lambda o: o.start_time)
     generations = [o for o in obs if o.type == "generation" and o.parent_id is not None]
     used = [g.usage for g in generations if g.usage is not None]
@@ -228,7 +256,9 @@ def build_episode(
         user_id=trace.user_id,
         session_id=trace.session_id,
         **{name: getattr(trace, name) for name in Versions.model_fields},
-        scores={s.name: s.value for s in scores},
+        scores=view.values,
+        judge=view.judge,
+        judges=view.judges,
         start_time=trace.start_time,
         end_time=trace.end_time,
         metadata=trace.metadata,
@@ -240,10 +270,24 @@ def build_episode(
 
 class LocalTraceSource:
     """Episodes from the local :class:`TraceStore` (filters, order and limit run in SQL;
-    observations and scores are fetched in batches over one connection)."""
+    observations and scores are fetched in batches over one connection).
 
-    def __init__(self, store: TraceStore) -> None:
+    Args:
+        store: The trace store.
+        judge: The environment whose judge's scores episodes show under the plain score
+            names (the app's judge; default: the rule of
+            :func:`~evoharness.harness.tracing.provenance.resolve_scores`).
+    """
+
+    def __init__(self, store: TraceStore, *, judge: str | None = None) -> None:
         self.store = store
+        self.judge = judge
+
+    def episode(
+        self, trace: Trace, observations: Iterable[Observation], scores: Iterable[Score]
+    ) -> Episode:
+        """One stored row as an episode of this source (its judge's scores)."""
+        return build_episode(trace, observations, scores, judge=self.judge)
 
     def cursor(self) -> str:
         """The store's change position now (for ``EpisodeFilter.after_cursor`` next time)."""
@@ -256,7 +300,7 @@ class LocalTraceSource:
         while True:
             with gc_paused():  # decoding only: the caller's code runs with it on
                 row = next(rows, None)
-                episode = None if row is None else build_episode(*row)
+                episode = None if row is None else self.episode(*row)
             if episode is None:
                 return
             if where.matches(episode):
@@ -286,14 +330,24 @@ class LangfuseTraceSource:
         api: A ``langfuse.api.LangfuseAPI`` (e.g. ``LangfuseExporter.api``).
         page_size: Rows per page.
         environment: Only this Langfuse environment (server-side).
+        judge: The environment whose judge's scores episodes show (as
+            :class:`LocalTraceSource`).
     """
 
-    def __init__(self, api: Any, *, page_size: int = 100, environment: str | None = None) -> None:
+    def __init__(
+        self,
+        api: Any,
+        *,
+        page_size: int = 100,
+        environment: str | None = None,
+        judge: str | None = None,
+    ) -> None:
         if api is None:
             raise ConfigError("LangfuseTraceSource needs a LangfuseAPI client", field="api")
         self.api = api
         self.page_size = page_size
         self.environment = environment
+        self.judge = judge
 
     def cursor(self) -> str:
         """Now, as a start-time cursor."""
@@ -351,7 +405,7 @@ class LangfuseTraceSource:
         left = where.limit
         for trace in traces:  # details only for traces that passed the filters
             observations = [observation_from_api(o) for o in self._observations(trace_id=trace.id)]
-            episode = build_episode(trace, observations, self._scores(trace.id))
+            episode = build_episode(trace, observations, self._scores(trace.id), judge=self.judge)
             if where.matches(episode):
                 yield episode
                 if left is not None:

@@ -20,6 +20,7 @@ from evoharness.evolve.judging.rubric import Rubric, RubricGenerator, query_hash
 from evoharness.evolve.judging.state import EvolveState
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.tracing import TraceStore
+from evoharness.harness.tracing.provenance import GENERIC_JUDGE, judge_score_id, judge_source
 from evoharness.sdk.executors import Executor, LocalExecutor
 
 
@@ -71,8 +72,9 @@ JUDGE_SCORES = frozenset(
 def fingerprint(episode: Episode) -> str:
     """A content hash of ``episode`` without the judge's own scores: a change means judge it
     again. Scores the application recorded (user feedback, task success) are evidence, so a
-    new or changed one makes the trace change too."""
-    data = episode.model_dump_json(exclude={"scores"})
+    new or changed one makes the trace change too. Judges' scores (this judge's or another
+    environment's) never do."""
+    data = episode.model_dump_json(exclude={"scores", "judge", "judges"})
     evidence = {k: v for k, v in sorted(episode.scores.items()) if k not in JUDGE_SCORES}
     if evidence:
         data += json.dumps(evidence, sort_keys=True, default=str)
@@ -84,24 +86,28 @@ NO_VALUE = {"p2_avg": "no_p2_items", "judge_success": "undecided", "relative": "
 
 
 def score_rows(verdict: Verdict) -> list[dict[str, Any]]:
-    """The scores a verdict writes back (ids are stable: rewriting replaces them)."""
+    """The scores a verdict writes back, carrying its judge's identity: the environment in
+    ``source`` (``judge:<env>``) and in the ids, the rubric version, the judge kind in the
+    comment. Ids are stable per environment: a re-grade by the same environment's judge
+    replaces them, another environment's judge writes its own (never overwrites)."""
+    env = verdict.environment or GENERIC_JUDGE
     comment = f"{verdict.judge} rubric={verdict.rubric_version}"
     if verdict.judge_prompt_version:
         comment += f" prompt={verdict.judge_prompt_version}"
     now = time.time()
     base = {
         "trace_id": verdict.trace_id,
-        "source": "judge",
+        "source": judge_source(env),
         "rubric_version": verdict.rubric_version,
     }
 
     def row(name: str, value: float | str, note: str, **extra: Any) -> dict[str, Any]:
         return {
             **base,
-            "id": f"{verdict.trace_id}-{name}",
+            "id": judge_score_id(verdict.trace_id, env, name),
             "name": name,
             "value": value,
-            "comment": note or comment,
+            "comment": f"{comment}: {note}" if note else comment,
             "created_at": now,
             **extra,
         }
@@ -138,8 +144,9 @@ def write_scores(store: TraceStore, verdict: Verdict) -> None:
 
 
 def scores_complete(episode: Episode, verdict: Verdict) -> bool:
-    """Whether the store already holds ``verdict``'s scores for ``episode``."""
-    have = episode.scores
+    """Whether the store already holds ``verdict``'s scores for ``episode`` (under its
+    judge's identity: another environment's judge's scores never count)."""
+    have = episode.judges.get(verdict.environment or GENERIC_JUDGE, {})
 
     def same(value: float | str | None, wanted: float | str) -> bool:
         if isinstance(wanted, str):
@@ -198,7 +205,9 @@ async def judge_episodes(
                 report.failed += 1
                 outcome = "failed"
             else:
-                verdict = verdict.model_copy(update={"fingerprint": fp})
+                verdict = verdict.model_copy(
+                    update={"fingerprint": fp, "environment": rubrics.environment}
+                )
                 if scores_to is not None:  # scores first: a committed verdict implies them
                     write_scores(scores_to, verdict)
                 state.save_verdict(verdict, judge_key=key)
@@ -227,8 +236,12 @@ async def judge_episodes(
             current = j.judge_key == key and j.fingerprint == fp
             if j.status == "done" and j.verdict is not None and current:
                 report.skipped += 1
-                if scores_to is not None and not scores_complete(e, j.verdict):
-                    write_scores(scores_to, j.verdict)
+                # a verdict stored before verdicts carried their environment is this one's
+                stored = j.verdict.model_copy(
+                    update={"environment": j.verdict.environment or rubrics.environment}
+                )
+                if scores_to is not None and not scores_complete(e, stored):
+                    write_scores(scores_to, stored)
                     report.repaired += 1
                 done(e, "skipped")
                 continue

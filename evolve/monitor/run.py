@@ -14,7 +14,6 @@ from evoharness.evolve.episodes.traces import (
     EpisodeFilter,
     LocalTraceSource,
     TraceSource,
-    build_episode,
 )
 from evoharness.evolve.monitor.checks import (
     DriftConfig,
@@ -65,7 +64,7 @@ def _read(
     """Episodes, with their observations when the source is the local store (latency)."""
     if isinstance(source, LocalTraceSource):
         for trace, observations, scores in source.store.read(where.query()):
-            episode = build_episode(trace, observations, scores)
+            episode = source.episode(trace, observations, scores)
             if where.matches(episode):
                 yield episode, observations
         return

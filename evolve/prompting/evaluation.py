@@ -10,7 +10,9 @@ Runs go through an executor (:class:`~evoharness.sdk.executors.LocalExecutor` or
 ``RayExecutor``); each finished ``(split, task, version)`` run is committed to a SQLite
 file the moment it exists, so a killed evaluation resumes where it stopped and never runs a
 task twice. Every run is traced (``prompt_name``/``prompt_version`` set, tagged
-``prompt-eval``, ``eval:<id>``, ``candidate:<ref>`` and its arm).
+``prompt-eval``, ``eval:<id>``, ``candidate:<ref>`` and its arm) as an **offline run**: tagged
+:data:`~evoharness.harness.tracing.provenance.OFFLINE_TAG`, which every production read
+leaves out; the CLI writes them to a store of their own (``<db>.eval.db``).
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ class EvalItem(BaseModel):
         eval_id: The evaluation this run belongs to.
         candidate_ref: The candidate version's ref (``prompt/<name>@v<n>``): every run is
             tagged with it.
-        trace_db: Trace store the run is recorded into (``None``: untraced).
+        trace_db: Trace store the run is recorded into (``None``: untraced); an offline
+            run either way (tagged ``evoharness.offline``).
         memory_db: Memory store whose entries are injected (the same for both arms).
         harness: Run with the environment's harness middleware.
         max_model_calls: Step limit per run.
@@ -173,6 +176,7 @@ class _Prompted:
 def run_item(item: EvalItem) -> RunRecord:
     """Run one task with one prompt version and score it (never raises for a failed run)."""
     from evoharness.harness.tracing import RunInfo, Tracer
+    from evoharness.harness.tracing.provenance import OFFLINE_TAG
     from evoharness.sdk.runner import run_task
 
     env, p0_ids = _runtime(item)
@@ -188,6 +192,7 @@ def run_item(item: EvalItem) -> RunRecord:
         f"{uuid.uuid4().hex[:8]}",
         tags=[
             env.name,
+            OFFLINE_TAG,
             "prompt-eval",
             item.split,
             item.arm,
@@ -195,8 +200,9 @@ def run_item(item: EvalItem) -> RunRecord:
             f"candidate:{item.candidate_ref}",
         ],
         prompt_name=item.prompt_name,
-        prompt_version=str(item.version),
-        artifacts={f"prompt/{item.prompt_name}": str(item.version)},
+        # version 0 is a search candidate, not a published version: none is recorded
+        prompt_version=str(item.version) if item.version else None,
+        artifacts={f"prompt/{item.prompt_name}": str(item.version)} if item.version else {},
         metadata={
             "task_id": item.task_id,
             "split": item.split,

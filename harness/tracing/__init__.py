@@ -2,6 +2,12 @@
 
 from evoharness.harness.tracing.ids import new_span_id, root_span_id, trace_id_for
 from evoharness.harness.tracing.masking import Masker
+from evoharness.harness.tracing.provenance import (
+    OFFLINE_TAG,
+    ScoreView,
+    eval_store_path,
+    resolve_scores,
+)
 from evoharness.harness.tracing.recorder import (
     ModelCallProbe,
     RunIdReusedError,
@@ -31,6 +37,7 @@ from evoharness.harness.tracing.trace_context import (
 )
 
 __all__ = [
+    "OFFLINE_TAG",
     "SCHEMA_VERSION",
     "ActiveRun",
     "Masker",
@@ -39,6 +46,7 @@ __all__ = [
     "RunIdReusedError",
     "RunInfo",
     "Score",
+    "ScoreView",
     "SeenModelCall",
     "SeenToolCall",
     "Trace",
@@ -51,9 +59,11 @@ __all__ = [
     "Usage",
     "Versions",
     "current_context",
+    "eval_store_path",
     "migrate_trace",
     "new_span_id",
     "record_references",
+    "resolve_scores",
     "root_span_id",
     "trace_id_for",
     "use_context",

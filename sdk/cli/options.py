@@ -24,6 +24,7 @@ __all__ = [
     "BaseUrlOption",
     "ConcurrencyOption",
     "EnvOption",
+    "EvalDbOption",
     "LabelOption",
     "MinDwellOption",
     "PromptsInLangfuseOption",
@@ -45,6 +46,14 @@ TRACE_DB = Path(os.environ.get("EVOHARNESS_TRACE_DB", str(HOME / "traces.db")))
 
 # -- stores ---------------------------------------------------------------------------------
 TraceDbOption = Annotated[Path, typer.Option(help="Local trace store (SQLite).")]
+EvalDbOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Trace store of the offline runs (evaluations, searches, gates); default: "
+        "<db>.eval.db beside --db. They are tagged evoharness.offline either way, so no "
+        "production read (cycle, judge, report, monitor, rollout) counts them."
+    ),
+]
 RegistryOption = Annotated[
     str,
     typer.Option(

@@ -22,6 +22,7 @@ from evoharness.evolve.prompting import (
     template_from_text,
 )
 from evoharness.harness.tracing import TraceStore
+from evoharness.harness.tracing.provenance import OFFLINE_TAG
 from evoharness.sdk.executors import LocalExecutor
 
 ENV = "prompt_world:environment"
@@ -61,10 +62,14 @@ def test_fix_wins_and_runs_are_traced_with_the_candidate(tmp_path: Path) -> None
     assert report.guard is not None and report.guard.p0_regressions == []
     close_worker_caches()
     store = TraceStore(tmp_path / "traces.db")
-    eps = list(LocalTraceSource(store).episodes(EpisodeFilter(tags=["candidate:prompt/pw@v2"])))
+    tagged = EpisodeFilter(tags=["candidate:prompt/pw@v2"], include_offline=True)
+    eps = list(LocalTraceSource(store).episodes(tagged))
+    production = list(LocalTraceSource(store).episodes())
     store.close()
     assert len(eps) == 2 * (16 + 6)
     assert {e.prompt_version for e in eps} == {"1", "2"}
+    assert all(OFFLINE_TAG in e.tags for e in eps)  # offline runs: no production read sees them
+    assert production == []
 
 
 def test_guard_p0_regression_rejects_despite_a_val_win(tmp_path: Path) -> None:

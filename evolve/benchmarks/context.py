@@ -3,10 +3,12 @@
 A scripted shopping session: 200 tool rounds with bulky results (~1K tokens each), the
 hard constraints stated only in the user's first message, and one of them changed by a
 second user message half-way. Replayed with (a) no compression, (b) LangChain's
-``SummarizationMiddleware`` triggered at the same token budget (its default keep), (c) our
-``ContextMiddleware`` — both (b) and (c) with the same deterministic summariser, one that
-does NOT repeat the constraints (a weak summariser is the realistic case). The last line
-adds ``billed_ratio`` = billed tokens of (c) / billed tokens of (b).
+``SummarizationMiddleware`` triggered at the same token budget (its default keep) — at its
+defaults, which in a tool loop never call its summariser, and (b') with
+``trim_tokens_to_summarize=None``, where it does — and (c) our ``ContextMiddleware``, all
+with the same deterministic summariser, one that does NOT repeat the constraints (a weak
+summariser is the realistic case). The last line adds ``billed_ratio`` = billed tokens of
+(c) / billed tokens of (b), and ``summarizing_baseline_billed_ratio`` the same against (b').
 """
 
 from __future__ import annotations
@@ -154,6 +156,17 @@ def _measure(
     }
 
 
+def _summarization(
+    model: ScriptedChatModel, budget: int, counter: TokenCounter, **options: Any
+) -> SummarizationMiddleware:
+    return SummarizationMiddleware(
+        model=model,
+        trigger=("tokens", budget),
+        token_counter=lambda ms: counter.messages([m for m in ms if isinstance(m, BaseMessage)]),
+        **options,
+    )
+
+
 def run(
     rounds: int = 200, budget: int = 30_000, echo: Callable[[str], None] = print
 ) -> dict[str, dict[str, float]]:
@@ -164,15 +177,14 @@ def run(
     with tempfile.TemporaryDirectory() as cold:
         variants: dict[str, Callable[[ScriptedChatModel], list[Any]]] = {
             "(a) no compression": lambda s: [],
-            # same budget, counted with the same (exact) tokenizer as ours
-            "(b) langchain summarization": lambda s: [
-                SummarizationMiddleware(
-                    model=s,
-                    trigger=("tokens", budget),
-                    token_counter=lambda ms: counter.messages(
-                        [m for m in ms if isinstance(m, BaseMessage)]
-                    ),
-                )
+            # same budget, counted with the same (exact) tokenizer as ours; at its defaults
+            # it trims what it summarises to the last 4,000 tokens starting at a human
+            # message, and a tool loop has none there: it writes "Previous conversation
+            # was too long to summarize." without calling its model (sum = 0)
+            "(b) langchain summarization": lambda s: [_summarization(s, budget, counter)],
+            # the same with the trim off: its summariser runs on every summary
+            "(b') langchain, trim=None": lambda s: [
+                _summarization(s, budget, counter, trim_tokens_to_summarize=None)
             ],
             # the cheapest point found that keeps prefix reuse near its ceiling (see
             # docs/context.md): summarise at 65% of the budget keeping the last 10
@@ -213,6 +225,11 @@ def run(
         "(window shrank), summariser model calls, tool-pair violations"
     )
     echo(
+        "(b) is SummarizationMiddleware at its defaults (trim_tokens_to_summarize=4000: in a "
+        "tool loop it never calls its summariser); (b') the same with "
+        "trim_tokens_to_summarize=None (its summariser runs); billed_ratio compares (c) with (b)"
+    )
+    echo(
         f"{'variant':29s} {'peak':>7s} {'sent':>9s} {'reuse':>6s} {'billed':>8s} "
         f"{'retain':>6s} {'cmp':>4s} {'sum':>4s} {'pair':>4s}"
     )
@@ -223,9 +240,11 @@ def run(
             f"{r['summaries']:4.0f} {r['violations']:4.0f}"
         )
     ours, base = results["(c) evoharness context"], results["(b) langchain summarization"]
+    running = results["(b') langchain, trim=None"]
     echo(
         f"prefix_reuse={ours['reuse']:.3f} retention={ours['retention']:.3f} "
         f"peak_tokens={ours['peak']:.0f} baseline_prefix_reuse={base['reuse']:.3f} "
-        f"billed_ratio={ours['billed'] / base['billed']:.3f}"
+        f"billed_ratio={ours['billed'] / base['billed']:.3f} "
+        f"summarizing_baseline_billed_ratio={ours['billed'] / running['billed']:.3f}"
     )
     return results

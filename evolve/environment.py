@@ -16,13 +16,20 @@ an environment package directly.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from pydantic import BaseModel
 
 from evoharness.evolve.episodes.cases import CaseKey, default_case_key
 from evoharness.evolve.episodes.traces import Episode
-from evoharness.evolve.judging.judge import DEFAULT_CHECKS, Judge, LLMJudge, RuleCheck, RuleJudge
+from evoharness.evolve.judging.judge import (
+    DEFAULT_CHECKS,
+    GenericSignals,
+    Judge,
+    LLMJudge,
+    RuleCheck,
+    RuleJudge,
+)
 from evoharness.evolve.judging.rubric import (
     BASE_ITEMS,
     ItemResult,
@@ -104,6 +111,10 @@ class EvolveEnvironment(Protocol):
         name: Short name (also the tag a runner puts on the environment's traces).
         version: Bump it when the checker or the rubric items change: verdicts made with
             another version are judged again.
+
+    Optional (read with ``getattr``, so plugins written before it still load):
+    ``generic_signals``, ``"veto"`` (the default) or ``"advisory"``: whether generic signals
+    can refute what the checker decided (see :class:`EnvironmentPlugin`).
     """
 
     name: str
@@ -151,6 +162,12 @@ class EnvironmentPlugin:
         score_evidence: Recorded scores that count as evidence.
         runtime: Builds the run-side environment (``runtime(**options)``).
         owns: Whether an episode belongs here (default: tagged with ``name``).
+        generic_signals: Whether generic signals can refute what ``checker`` decided.
+            ``veto`` (default): a run that did nothing, ended on an error, claimed actions
+            no call performed, was stopped in a loop, ... fails whatever the checker says.
+            ``advisory``: the checker's verdict is final where it decided the outcome; the
+            signals still deduct and become lessons. Choose ``advisory`` when the checker
+            sees the whole outcome (a benchmark's grader, the app's ground truth).
     """
 
     def __init__(
@@ -165,8 +182,17 @@ class EnvironmentPlugin:
         score_evidence: Sequence[ScoreEvidence] = (),
         runtime: Callable[..., Environment] | None = None,
         owns: Callable[[Episode], bool] | None = None,
+        generic_signals: GenericSignals = "veto",
     ) -> None:
+        if generic_signals not in ("veto", "advisory"):
+            raise ConfigError(
+                f"generic_signals must be 'veto' (a failed generic signal fails the run "
+                f"whatever the checker says) or 'advisory' (the checker's verdict is final), "
+                f"got {generic_signals!r}",
+                field="generic_signals",
+            )
         self.name = name
+        self.generic_signals: GenericSignals = generic_signals
         self.version = version
         self._checker = checker
         self._items = items
@@ -244,18 +270,26 @@ def lesson_hints_of(env: EvolveEnvironment, queries: Sequence[str] = ("",)) -> d
 
 def build_judge(env: EvolveEnvironment, llm: LLMJudge | None = None) -> Judge:
     """The judge for ``env``: generic checks, recorded-score evidence, the app's checker
-    (later checks win per item), and optionally a model for what no rule decided."""
+    (later checks win per item), and optionally a model for what no rule decided.
+
+    Whether generic signals can refute the checker's verdict is the plugin's optional
+    ``generic_signals`` attribute (``veto`` when it has none; see :class:`EnvironmentPlugin`).
+    """
     checks: list[RuleCheck] = [*DEFAULT_CHECKS]
     if env.score_evidence():
         checks.append(score_check(env.score_evidence()))
-    checks.extend(env.checks())
-    return Judge(RuleJudge(checks), llm=llm)
+    signals = cast(GenericSignals, getattr(env, "generic_signals", "veto"))  # RuleJudge checks
+    rules = RuleJudge(checks, checker=env.checks(), generic_signals=signals)
+    return Judge(rules, llm=llm)
 
 
 def build_rubrics(env: EvolveEnvironment, **options: Any) -> RubricGenerator:
     """The rubric generator for ``env`` (its items refine the built-in ones)."""
     return RubricGenerator(
-        extra_items=env.rubric_items, env_version=f"{env.name}-{env.version}", **options
+        extra_items=env.rubric_items,
+        env_version=f"{env.name}-{env.version}",
+        environment=env.name,
+        **options,
     )
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import statistics
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -20,10 +20,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from evoharness.evolve._json import extract_json
 from evoharness.evolve.episodes.traces import Episode
+from evoharness.evolve.judging.rubric import BASE_ITEMS, Priority, Rubric
 from evoharness.evolve.judging.rubric import ItemResult as ItemResult
-from evoharness.evolve.judging.rubric import Priority, Rubric
 from evoharness.evolve.judging.signals import check_signals
-from evoharness.harness.errors import RunError
+from evoharness.harness.errors import ConfigError, RunError
 from evoharness.harness.tracing.masking import SECRET_PATTERNS, Masker
 from evoharness.sdk.registry.base import content_hash
 
@@ -173,6 +173,14 @@ def check_process(e: Episode, rubric: Rubric) -> list[ItemResult]:
 DEFAULT_CHECKS: tuple[RuleCheck, ...] = (check_leaks, check_process, check_signals)
 
 
+def _informational(rubric: Rubric, item_id: str) -> bool:
+    """An item recorded at weight 0 that says nothing about the outcome (an open circuit, a
+    truncation): its failure stays in the verdict's items and comments, never in
+    ``p1_failures``, so it deducts nothing, routes nowhere and forms no cluster."""
+    item = rubric.item(item_id)
+    return item is not None and item.weight == 0 and item.outcome == "none"
+
+
 def verdict_from(
     trace_id: str,
     rubric: Rubric,
@@ -183,14 +191,23 @@ def verdict_from(
     votes: int = 0,
     disagreement: float | None = None,
     comments: Sequence[str] = (),
+    advisory: Collection[str] = (),
 ) -> Verdict:
     """Aggregate item results: P0 all pass, P1 summed deductions, P2 mean, total in [0, 1].
 
+    A failed P1 item of weight 0 that decides nothing (``outcome="none"``, e.g.
+    ``truncated``) is recorded in ``items`` and ``comments`` only, not in ``p1_failures``.
+
     ``total`` is 0 when a P0 item failed; otherwise the mean of (1 - P1 deduction) and the
-    P2 average mapped to [0, 1] (only the former when no P2 item was scored).
+    P2 average mapped to [0, 1] (only the former when no P2 item was scored). Items in
+    ``advisory`` still deduct but do not refute success (see :func:`outcome_of`).
     """
     p0_fail = [r.id for r in results if r.priority == "P0" and r.passed is False]
-    p1_fail = [r.id for r in results if r.priority == "P1" and r.passed is False]
+    p1_fail = [
+        r.id
+        for r in results
+        if r.priority == "P1" and r.passed is False and not _informational(rubric, r.id)
+    ]
     weights = [item.weight if (item := rubric.item(i)) is not None else 0.1 for i in p1_fail]
     deduction = min(1.0, sum(weights))
     p2 = {r.id: r.score for r in results if r.priority == "P2" and r.score is not None}
@@ -201,7 +218,7 @@ def verdict_from(
     notes = list(comments) + [
         f"{r.id}: {r.comment}" for r in results if r.comment and r.passed is False
     ]
-    success, undecided = outcome_of(rubric, results)
+    success, undecided = outcome_of(rubric, results, advisory=advisory)
     return Verdict(
         trace_id=trace_id,
         p0_pass=not p0_fail,
@@ -223,17 +240,22 @@ def verdict_from(
     )
 
 
-def outcome_of(rubric: Rubric, results: Sequence[ItemResult]) -> tuple[bool | None, list[str]]:
+def outcome_of(
+    rubric: Rubric, results: Sequence[ItemResult], *, advisory: Collection[str] = ()
+) -> tuple[bool | None, list[str]]:
     """Task success from the item results, and the items left undecided.
 
     ``False`` when a P0 item, or an item that decides or refutes the outcome, failed;
     ``True`` when an item that decides the outcome passed and nothing refuted it;
     otherwise ``None``. Generic signals (``refutes``) can fail a run but never pass one.
+    A failed item in ``advisory`` (generic signals overruled by a final checker, see
+    :class:`RuleJudge`) refutes nothing; a P0 failure always fails the run.
     """
     by_id = {r.id: r for r in results}
     role = {i.id: i.outcome for i in rubric.items}
     refuted = any(
-        r.passed is False and (r.priority == "P0" or role.get(r.id, "none") != "none")
+        r.passed is False
+        and (r.priority == "P0" or (role.get(r.id, "none") != "none" and r.id not in advisory))
         for r in results
     )
     shown = any(r.passed is True and role.get(r.id) == "decides" for r in results)
@@ -245,26 +267,81 @@ def outcome_of(rubric: Rubric, results: Sequence[ItemResult]) -> tuple[bool | No
     return (False if refuted else True if shown else None), undecided
 
 
+GenericSignals = Literal["veto", "advisory"]
+"""Whether generic signals can overrule an app checker's verdict (see :class:`RuleJudge`)."""
+
+GENERIC_REFUTES = frozenset(
+    i.id for i in BASE_ITEMS if i.outcome == "refutes" and i.priority != "P0"
+)
+"""The built-in items that refute success without a checker: the generic signals
+(did_nothing, refused, unsupported_claim, ended_on_error, loop_stopped, budget_exhausted,
+guard_blocked) and the generic process checks (run_error, empty_answer)."""
+
+
 class RuleJudge:
-    """Grades an episode with deterministic checks only (environment checkers included)."""
+    """Grades an episode with deterministic checks only (environment checkers included).
+
+    Args:
+        checks: Rule checks in order (later ones override earlier ones per item id).
+        checker: The app's checker(s), run after ``checks`` (and overriding them per id).
+        generic_signals: Whether the generic refuting items (:data:`GENERIC_REFUTES`: a run
+            that did nothing, ended on an error, claimed actions no call performed, ...) can
+            overrule ``checker``. ``veto`` (default): a failed one fails the run whatever the
+            checker says. ``advisory``: once the checker decided the outcome (an item that
+            ``decides`` it passed or failed), they still deduct and feed lessons but do not
+            refute; where the checker decided nothing they refute as under ``veto``. P0
+            items and items the checker itself returned always count.
+    """
 
     name = "rule"
 
-    def __init__(self, checks: Sequence[RuleCheck] = DEFAULT_CHECKS) -> None:
+    def __init__(
+        self,
+        checks: Sequence[RuleCheck] = DEFAULT_CHECKS,
+        *,
+        checker: Sequence[RuleCheck] = (),
+        generic_signals: GenericSignals = "veto",
+    ) -> None:
+        if generic_signals not in ("veto", "advisory"):
+            raise ConfigError(
+                f"generic_signals must be 'veto' or 'advisory', got {generic_signals!r}",
+                field="generic_signals",
+            )
         self.checks = tuple(checks)
+        self.checker = tuple(checker)
+        self.generic_signals: GenericSignals = generic_signals
 
-    def results(self, episode: Episode, rubric: Rubric) -> list[ItemResult]:
-        """Every item some check decided (later checks override earlier ones per id)."""
+    @property
+    def version(self) -> str:
+        """What verdicts depend on: a changed ``generic_signals`` re-grades judged traces."""
+        return self.name if self.generic_signals == "veto" else f"{self.name}+signals=advisory"
+
+    def assess(self, episode: Episode, rubric: Rubric) -> tuple[list[ItemResult], frozenset[str]]:
+        """Every item some check decided, and the failed ones that refute nothing (the
+        generic signals a final checker overruled; see ``generic_signals``)."""
         decided: dict[str, ItemResult] = {}
         for check in self.checks:
             for r in check(episode, rubric):
                 decided[r.id] = r
-        return list(decided.values())
+        final: dict[str, ItemResult] = {}
+        for check in self.checker:
+            for r in check(episode, rubric):
+                final[r.id] = r
+        decided.update(final)
+        advisory: frozenset[str] = frozenset()
+        if self.generic_signals == "advisory":
+            role = {i.id: i.outcome for i in rubric.items}
+            if any(r.passed is not None and role.get(r.id) == "decides" for r in final.values()):
+                advisory = GENERIC_REFUTES - set(final)
+        return list(decided.values()), advisory
+
+    def results(self, episode: Episode, rubric: Rubric) -> list[ItemResult]:
+        """Every item some check decided (later checks override earlier ones per id)."""
+        return self.assess(episode, rubric)[0]
 
     async def judge(self, episode: Episode, rubric: Rubric) -> Verdict:
-        return verdict_from(
-            episode.trace_id, rubric, self.results(episode, rubric), judge=self.name
-        )
+        results, advisory = self.assess(episode, rubric)
+        return verdict_from(episode.trace_id, rubric, results, judge=self.name, advisory=advisory)
 
 
 def _episode_text(e: Episode, limit: int = 6000) -> str:
@@ -424,12 +501,20 @@ class Judge:
     @property
     def version(self) -> str:
         """What this judge's verdicts depend on (a change re-grades judged traces)."""
-        return self.name if self.llm is None else f"{self.name}@{self.llm.prompt_version}"
+        base = self.name if self.llm is None else f"{self.name}@{self.llm.prompt_version}"
+        return base + self.rules.version.removeprefix(self.rules.name)
 
     async def judge(self, episode: Episode, rubric: Rubric) -> Verdict:
-        decided = {r.id: r for r in self.rules.results(episode, rubric)}
+        results, advisory = self.rules.assess(episode, rubric)
+        decided = {r.id: r for r in results}
         if self.llm is None:
-            return verdict_from(episode.trace_id, rubric, list(decided.values()), judge=self.name)
+            return verdict_from(
+                episode.trace_id,
+                rubric,
+                list(decided.values()),
+                judge=self.name,
+                advisory=advisory,
+            )
         llm_results, n, disagreement, comments = await self.llm.results(episode, rubric)
         merged = {**{r.id: r for r in llm_results}, **decided}  # facts beat opinions
         return verdict_from(
@@ -441,6 +526,7 @@ class Judge:
             votes=n,
             disagreement=disagreement,
             comments=comments[:1],
+            advisory=advisory,
         )
 
 

@@ -241,6 +241,20 @@ def _say_generic(
         )
 
 
+def _say_other_judges(plugin: EvolveEnvironment, episodes: list[Episode]) -> None:
+    """Say that another environment's judge already scored some of these traces."""
+    from evoharness.harness.tracing.provenance import judge_source
+
+    others = sorted({j for e in episodes for j in e.judges if j != plugin.name})
+    if others:
+        console.print(
+            f"these traces also carry scores of the {', '.join(others)} judge: the "
+            f"{plugin.name} judge writes its own (source {judge_source(plugin.name)}) and "
+            "overwrites none; readers show the judge of the environment a trace is tagged "
+            "with (or the one they are given)"
+        )
+
+
 @app.command()
 def judge(
     db: TraceDbOption = TRACE_DB,
@@ -311,6 +325,7 @@ def _judge(
 ) -> None:
     """The judge command's work on an open trace source (the caller closes it)."""
     episodes = _owned(plugin, list(source.episodes(where)))
+    _say_other_judges(plugin, episodes)
     if workers > 1 or executor.startswith("ray"):
         with (
             open_executor(executor, workers=workers) as backend,

@@ -24,6 +24,7 @@ from evoharness.evolve.monitor import (
     read_findings,
     run_monitor,
 )
+from evoharness.evolve.cli.options import JudgeEnvOption
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.cli import console
@@ -71,6 +72,7 @@ def monitor(
         float | None, typer.Option(min=0.0, help="Only runs of the last N hours.")
     ] = None,
     tag: TagOption = None,
+    judge_env: JudgeEnvOption = None,
     reference: Annotated[int, typer.Option(min=2, help="Runs in the reference window.")] = 50,
     batch: Annotated[int, typer.Option(min=1, help="Look after every N runs.")] = 10,
     alpha: Annotated[float, typer.Option(min=1e-6, max=0.5, help="False-alarm rate.")] = 0.05,
@@ -104,13 +106,13 @@ def monitor(
     if not db.exists():
         raise ConfigError(f"no trace store at {db}; run `evoharness run` first or pass --db")
     store = TraceStore(db)
-    source: TraceSource = LocalTraceSource(store)
+    source: TraceSource = LocalTraceSource(store, judge=judge_env)
     exporter = None
     if langfuse:
         from evoharness.harness.tracing.langfuse_export import LangfuseExporter
 
         exporter = LangfuseExporter(store)
-        source = LangfuseTraceSource(exporter.api)
+        source = LangfuseTraceSource(exporter.api, judge=judge_env)
     try:
         _monitor(
             store,

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 __all__ = [
+    "JudgeEnvOption",
     "JudgeKind",
     "JudgeModelOption",
     "MemoryOption",
@@ -47,6 +48,15 @@ JudgeKind = Annotated[
         "--judge",
         help="rule (rules only), llm (rules + a model for what no rule decides; rules win), "
         "relative (rules + a model ranking runs of the same task against each other)",
+    ),
+]
+JudgeEnvOption = Annotated[
+    str | None,
+    typer.Option(
+        "--judge-env",
+        help="Read the scores of this environment's judge (its plugin name, e.g. shop); "
+        "default: the judge of the environment each trace is tagged with, else the newest "
+        "judge other than generic, else the generic judge.",
     ),
 ]
 JudgeModelOption = Annotated[str | None, typer.Option("--judge-model", help="Judge model name")]

@@ -27,6 +27,7 @@ from evoharness.evolve.prompting import (
 )
 from evoharness.evolve.prompting.layer import hand_off, record_proposal
 from evoharness.harness import ConfigError
+from evoharness.harness.tracing.provenance import eval_store_path
 from evoharness.sdk import cli as sdk_cli
 from evoharness.sdk.cli.options import (
     HOME,
@@ -34,6 +35,7 @@ from evoharness.sdk.cli.options import (
     ApiKeyEnvOption,
     BaseUrlOption,
     EnvOption,
+    EvalDbOption,
     MinDwellOption,
     RegistryOption,
     StagesOption,
@@ -130,6 +132,7 @@ def propose(
     state: StateOption = HOME / "evolve.db",
     results: Results = HOME / "prompt-eval.db",
     db: TraceDbOption = HOME / "traces.db",
+    eval_db: EvalDbOption = None,
     memory: Memory = None,
     search: Annotated[str, typer.Option(help="gepa or direct")] = "gepa",
     reflector: Annotated[str, typer.Option(help="simulated (offline SIMULATOR) or llm")] = (
@@ -176,7 +179,7 @@ def propose(
             reflector=reflect,
             reflection_model=chat,
             env_options=_options(seed),
-            trace_db=db,
+            trace_db=eval_db or eval_store_path(db),
             memory_db=memory,
             config=PromptLayerConfig(search=search, search_budget=budget, **rollout),
             evaluate=evaluate,
@@ -195,6 +198,7 @@ def evaluate(
     registry: RegistryOption = REGISTRY,
     results: Results = HOME / "prompt-eval.db",
     db: TraceDbOption = HOME / "traces.db",
+    eval_db: EvalDbOption = None,
     memory: Memory = None,
     val_split: ValSplit = "val",
     val_limit: TaskLimitOption = None,
@@ -220,7 +224,7 @@ def evaluate(
             env,
             EvalResults(results),
             env_options=_options(seed),
-            trace_db=db,
+            trace_db=eval_db or eval_store_path(db),
             memory_db=memory,
             alpha=alpha,
         )

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from evoharness.evolve.cli.options import JudgeEnvOption
 from evoharness.evolve.report import load_layer_results, write_report
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.cli import console
@@ -32,6 +33,7 @@ def report(
     price_cached: Annotated[
         float | None, typer.Option(help="USD per million cached input tokens.")
     ] = None,
+    judge_env: JudgeEnvOption = None,
 ) -> None:
     """Write the HTML report: layers, tokens and cost, cache reuse, interventions,
     rollouts, monitor findings, versions in force."""
@@ -61,6 +63,7 @@ def report(
                 registry=reg,
                 layer_results=load_layer_results(layers),
                 prices=prices or None,
+                judge=judge_env,
                 on_progress=lambda step: progress.update(task, description=step),
             )
     finally:

@@ -226,7 +226,9 @@ def run_prompt_layer(
         reflection_model: Any LangChain chat model.
         executor: Runs the rollouts (default: 4 local threads).
         env_options: The run side's options (seed, faults): the same for every run.
-        trace_db: Trace store for every search and evaluation run.
+        trace_db: Trace store for every search and evaluation run (offline runs, tagged
+            ``evoharness.offline``; keep them out of the app's store, e.g.
+            ``eval_store_path(app_db)``, as the CLI does).
         memory_db: Memory injected into every run (the layer runs after memory).
         fixed_items: Rubric items memory already fixed (their clusters are skipped).
         config: Layer settings.

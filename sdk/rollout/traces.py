@@ -3,14 +3,17 @@
 Every session of an experiment is traced with its experiment id and arm (see
 :class:`~evoharness.sdk.agent.EvoAgent`); its judge scores (``total``, ``p0_pass``, written by
 ``evoharness evolve judge``), status, tool observations and token usage become an
-:class:`~evoharness.sdk.rollout.Outcome`.
+:class:`~evoharness.sdk.rollout.Outcome`. The scores are those of one judge (the app's: see
+:func:`~evoharness.harness.tracing.provenance.resolve_scores`), and offline runs
+(evaluations, searches, gates) never count.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from evoharness.harness.tracing import Trace, TraceStore
+from evoharness.harness.tracing import Trace, TraceQuery, TraceStore
+from evoharness.harness.tracing.provenance import OFFLINE_TAG, resolve_scores
 from evoharness.sdk.rollout.decision import Outcome
 from evoharness.sdk.rollout.experiment import Experiment
 
@@ -22,10 +25,11 @@ def _field(trace: Trace, name: str) -> Any:
 
 
 def outcome_of_trace(
-    store: TraceStore, trace: Trace, *, success_score: str = "total"
+    store: TraceStore, trace: Trace, *, success_score: str = "total", judge: str | None = None
 ) -> Outcome | None:
-    """The outcome of one traced session, or ``None`` when it has no ``success_score`` yet."""
-    scores = {s.name: s.value for s in store.scores(trace.id)}
+    """The outcome of one traced session, or ``None`` when it has no ``success_score`` yet
+    (``judge``: the environment whose judge's scores count; default: the trace's own)."""
+    scores = resolve_scores(store.scores(trace.id), tags=trace.tags, judge=judge).values
     if success_score not in scores:
         return None
     tool_calls = tool_failures = input_tokens = output_tokens = cached = 0
@@ -52,19 +56,25 @@ def outcome_of_trace(
 
 
 def outcomes_from_store(
-    store: TraceStore, experiment: Experiment, *, success_score: str = "total"
+    store: TraceStore,
+    experiment: Experiment,
+    *,
+    success_score: str = "total",
+    judge: str | None = None,
 ) -> dict[str, list[Outcome]]:
-    """Arm -> outcomes of the experiment's finished, scored sessions."""
+    """Arm -> outcomes of the experiment's finished, scored sessions (never an offline
+    run's)."""
     out: dict[str, list[Outcome]] = {
         a.name: [] for a in [experiment.control, *experiment.candidates]
     }
-    for trace in store.traces(since=experiment.started_at, newest_first=False):
+    production = TraceQuery(since=experiment.started_at, without_tags=[OFFLINE_TAG])
+    for trace in store.query(production):
         if _field(trace, "experiment_id") != experiment.id or trace.status == "running":
             continue
         arm = _field(trace, "rollout_arm")
         if arm not in out:
             continue
-        outcome = outcome_of_trace(store, trace, success_score=success_score)
+        outcome = outcome_of_trace(store, trace, success_score=success_score, judge=judge)
         if outcome is not None:
             out[arm].append(outcome)
     return out

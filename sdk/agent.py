@@ -234,7 +234,12 @@ class EvoAgent:
         cfg, session, keep = self._session_of(config, thread_id, session_id)
         user = user_id or (run.user_id if run else None)
         context = SessionContext(
-            session, user or session, user_id=user, thread=keep, variables=variables or {}
+            session,
+            user or session,
+            user_id=user,
+            thread=keep,
+            variables=variables or {},
+            metadata=dict(run.metadata) if run else {},
         )
         pin = self.door.open(context)
         cfg["configurable"][PIN_KEY] = pin

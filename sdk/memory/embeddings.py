@@ -102,6 +102,10 @@ class VectorIndex:
     def top(self, query: Any, k: int, at_least: float) -> list[str]:
         """Ids of the ``k`` best rows by ``row . query x weight`` (at least ``at_least``),
         best first, ties by id."""
+        return [i for _, i in self.scored(query, k, at_least)]
+
+    def scored(self, query: Any, k: int, at_least: float) -> list[tuple[float, str]]:
+        """``(score, id)`` of the ``k`` best rows (see :meth:`top`)."""
         if not self.slot:
             return []
         n = len(self.ids)
@@ -117,7 +121,7 @@ class VectorIndex:
             zip(picked.tolist(), (self.ids[i] for i in hit.tolist()), strict=True),
             key=lambda t: (-t[0], t[1]),
         )
-        return [i for _, i in ranked[:k]]
+        return ranked[:k]
 
 
 class EmbeddingSimilarity:

@@ -38,12 +38,23 @@ Similarity = Callable[[str, str], float]
 
 
 class MemoryEntry(BaseModel):
-    """One item of memory. ``id`` is derived from kind, pattern and text (stable)."""
+    """One item of memory. ``id`` is derived from kind, pattern and text (stable).
+
+    Where an entry applies is its :attr:`scopes`: the case patterns in ``patterns`` (a
+    lesson learned in several patterns is one entry listing them all), else its
+    ``query_pattern``; an entry with neither applies to every session. Retrieval with a case
+    key serves an entry only to sessions of one of its patterns (preferences go by user).
+    """
 
     id: str = ""
     kind: EntryKind
-    query_pattern: str
+    query_pattern: str = ""
+    """The pattern the entry was written for (part of its id and of what retrieval matches);
+    empty for an entry whose text is the same in every pattern it applies to."""
     summary: str
+    patterns: list[str] = Field(
+        default_factory=list, description="case patterns it applies to (empty: query_pattern)"
+    )
     tool_hints: list[str] = Field(default_factory=list)
     key_decisions: list[str] = Field(default_factory=list)
     avoid_hints: list[str] = Field(default_factory=list)
@@ -62,9 +73,32 @@ class MemoryEntry(BaseModel):
             self.id = entry_id(self.kind, self.query_pattern, self.summary)
 
     @property
+    def scopes(self) -> list[str]:
+        """The case patterns this entry applies to; empty: every session."""
+        if self.patterns:
+            return self.patterns
+        return [self.query_pattern] if self.query_pattern else []
+
+    def applies_to(self, case: str | None) -> bool:
+        """Whether the entry may be served to a session of case pattern ``case`` (``None``:
+        the case is not known, every entry may)."""
+        scopes = self.scopes
+        return case is None or not scopes or case in scopes
+
+    @property
     def text(self) -> str:
         """What retrieval matches against."""
         return f"{self.query_pattern} {self.summary} {' '.join(self.avoid_hints)}"
+
+
+def scope_label(entry: MemoryEntry, most: int = 3) -> str:
+    """Where ``entry`` applies, for people: ``any``, or its first ``most`` patterns and how
+    many more (``refund, exchange +12``)."""
+    scopes = entry.scopes
+    if not scopes:
+        return "any"
+    more = f" +{len(scopes) - most}" if len(scopes) > most else ""
+    return ", ".join(scopes[:most]) + more
 
 
 def strategy_entry(**fields: Any) -> MemoryEntry:

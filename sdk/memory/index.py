@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evoharness.harness.text import content_words
+
 if TYPE_CHECKING:
     from evoharness.sdk.memory.entries import MemoryEntry
 
@@ -124,7 +126,12 @@ class LexicalIndex:
 
     def top(self, query: frozenset[str], k: int, at_least: float) -> list[str]:
         """Ids of the ``k`` best entries by Jaccard(query, entry words) x weight, best first
-        (ties by id), each scoring at least ``at_least`` (> 0).
+        (ties by id), each scoring at least ``at_least`` (> 0) (see :meth:`scored`)."""
+        return [i for _, i in self.scored(query, k, at_least)]
+
+    def scored(self, query: frozenset[str], k: int, at_least: float) -> list[tuple[float, str]]:
+        """``(score, id)`` of the ``k`` best entries by Jaccard(query, entry words) x
+        weight, best first (ties by id), each scoring at least ``at_least`` (> 0).
 
         Two passes: the rarest word's classes give a first ``theta``; that fixes how many
         of the rarer lists can hold an entry reaching it (a class outside them shares at
@@ -149,7 +156,7 @@ class LexicalIndex:
         while visit < len(parts) and (len(parts) - visit) / n * w_max >= theta:
             visit += 1
         if visit == 1:
-            return [i for _, i in top[:k]]
+            return [(-neg, i) for neg, i in top[:k]]
         # the classes of the visited lists, with how many of those lists hold each; with
         # the r lists not visited a class shares at most min(seen + r, its size) words
         both = np.concatenate(parts[:visit])
@@ -163,7 +170,7 @@ class LexicalIndex:
         most = np.minimum(seen + (len(parts) - visit), sizes)
         bound = most / (n + sizes - most) * np.frombuffer(self.best, dtype=np.float64)[classes]
         keep = classes[bound >= theta]
-        return [i for _, i in self._rank(keep, mask, n, k, at_least)]
+        return [(-neg, i) for neg, i in self._rank(keep, mask, n, k, at_least)]
 
     def _rank(
         self,
@@ -225,15 +232,23 @@ class MemoryIndex:
     """Live entries by id, one :class:`LexicalIndex` per ranked kind, preferences per user.
 
     Each entry's words are computed once, when it is indexed (the shared ``content_words``
-    cache holds 4,096 texts: at memory scale it would only thrash).
+    cache holds 4,096 texts: at memory scale it would only thrash). With ``scoped``, each
+    kind also has one index per case pattern (an entry is in the index of each of its
+    :attr:`~evoharness.sdk.memory.entries.MemoryEntry.scopes`, a pattern-free entry in
+    the ``""`` one), so a query of one case ranks only the entries that apply to it. In a
+    pattern's index an entry's words include the pattern's, and so do the query's: an entry
+    learned for the session's own pattern is relevant to it even when its text shares no
+    word with the request (the pattern is no longer part of a lesson's text).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, scoped: bool = False) -> None:
         self.entries: dict[str, MemoryEntry] = {}
         self.postings: dict[str, LexicalIndex] = {
             "strategy": LexicalIndex(),
             "lesson": LexicalIndex(),
         }
+        self.scoped = scoped
+        self.by_scope: dict[tuple[str, str], LexicalIndex] = {}  # (kind, pattern or "")
         self.preferences: dict[str, list[str]] = {}  # user id -> entry ids, in order
 
     def ranked(self, entry_id: str) -> bool:
@@ -251,6 +266,9 @@ class MemoryIndex:
                 mine.remove(entry_id)
             return
         self.postings[old.kind].remove(entry_id)
+        if self.scoped:
+            for scope in old.scopes or [""]:
+                self.by_scope[(old.kind, scope)].remove(entry_id)
 
     def add(self, entry: MemoryEntry, found: frozenset[str]) -> None:
         """Index ``entry`` (replacing an earlier version) whose text has words ``found``;
@@ -263,10 +281,37 @@ class MemoryIndex:
             if entry.user_id is not None:
                 bisect.insort(self.preferences.setdefault(entry.user_id, []), entry.id)
             return
-        self.postings[entry.kind].add(entry.id, found, weight(entry.confidence))
+        w = weight(entry.confidence)
+        self.postings[entry.kind].add(entry.id, found, w)
+        if self.scoped:
+            for scope in entry.scopes or [""]:
+                index = self.by_scope.setdefault((entry.kind, scope), LexicalIndex())
+                index.add(entry.id, found | content_words(scope) if scope else found, w)
+
+    def top(
+        self, kind: str, query: frozenset[str], k: int, at_least: float, case: str | None = None
+    ) -> list[str]:
+        """Ids of the ``k`` best ``kind`` entries for ``query`` (:meth:`LexicalIndex.top`);
+        with ``case`` (a scoped index only), of the entries that apply to that case: its
+        pattern's and the pattern-free ones, ranked together."""
+        if case is None:
+            return self.postings[kind].top(query, k, at_least)
+        if not self.scoped:
+            raise ValueError("a case needs a scoped index (MemoryIndex(scoped=True))")
+        found = [
+            (-score, i)
+            for scope in dict.fromkeys((case, ""))
+            if (index := self.by_scope.get((kind, scope))) is not None
+            for score, i in index.scored(
+                query | content_words(scope) if scope else query, k, at_least
+            )
+        ]
+        return [i for _, i in sorted(found)[:k]]
 
     def compact(self) -> None:
         """Rebuild a kind's lists once empty classes outnumber live ones (amortised O(1)
         per change)."""
         for kind, postings in self.postings.items():
             self.postings[kind] = postings.compacted()
+        for key, index in self.by_scope.items():
+            self.by_scope[key] = index.compacted()

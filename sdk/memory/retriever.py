@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -69,6 +70,8 @@ class MemoryRetriever:
         similar: Relevance function (swap in embeddings when installed).
         min_relevance: Entries less relevant than this are never injected.
         refresh_s: How often to pick up changes written since the last look.
+        scoped: Index entries by case pattern too, so :meth:`retrieve` can be given the
+            session's ``case`` and rank only the entries that apply to it.
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class MemoryRetriever:
         similar: Similarity = similarity,
         min_relevance: float = 0.05,
         refresh_s: float = 5.0,
+        scoped: bool = False,
     ) -> None:
         if not 1 <= k <= 3:
             raise ValueError("k must be between 1 and 3")
@@ -87,11 +91,12 @@ class MemoryRetriever:
         self.similar = similar
         self.min_relevance = min_relevance
         self.refresh_s = refresh_s
-        self._index = MemoryIndex()
-        self._vectors: dict[str, VectorIndex] | None = (
-            {"strategy": VectorIndex(), "lesson": VectorIndex()}
-            if isinstance(similar, Embedder)
-            else None
+        self.scoped = scoped
+        self._index = MemoryIndex(scoped=scoped)
+        # (kind, scope) -> vectors; scope "*" holds every entry, a pattern (or "" for the
+        # pattern-free entries) only those that apply to it (with ``scoped``)
+        self._vectors: dict[tuple[str, str], VectorIndex] | None = (
+            {} if isinstance(similar, Embedder) else None
         )
         self._seq = -1
         self._checked: float | None = None
@@ -132,64 +137,123 @@ class MemoryRetriever:
         if fresh:
             embedded = self.similar.embed([e.text for e in fresh])
             for e, vector in zip(fresh, embedded, strict=True):
-                self._vectors[e.kind].add(e.id, vector, weight(e.confidence))
+                scopes = ["*", *((e.scopes or [""]) if self.scoped else [])]
+                for scope in scopes:
+                    vectors = self._vectors.setdefault((e.kind, scope), VectorIndex())
+                    vectors.add(e.id, vector, weight(e.confidence))
 
-    def _ranked(self, query: str, kind: str, entries: dict[str, MemoryEntry]) -> list[MemoryEntry]:
+    def _ranked(
+        self, query: str, kind: str, entries: dict[str, MemoryEntry], case: str | None
+    ) -> list[MemoryEntry]:
         if self.similar is similarity and self.min_relevance > 0:
-            found = self._index.postings[kind].top(content_words(query), self.k, self.min_relevance)
+            found = self._index.top(kind, content_words(query), self.k, self.min_relevance, case)
             return [entries[i] for i in found]
         if self._vectors is not None and isinstance(self.similar, Embedder):
             query_vector = self.similar.embed([query])[0]
-            found = self._vectors[kind].top(query_vector, self.k, self.min_relevance)
-            return [entries[i] for i in found]
+            scopes = ["*"] if case is None else list(dict.fromkeys((case, "")))
+            hits = sorted(
+                (-score, i)
+                for scope in scopes
+                if (vectors := self._vectors.get((kind, scope))) is not None
+                for score, i in vectors.scored(query_vector, self.k, self.min_relevance)
+            )
+            return [entries[i] for _, i in hits[: self.k]]
         scored = [
-            (self.similar(query, e.text) * weight(e.confidence), e.id)
+            (self._similar(query, e, case) * weight(e.confidence), e.id)
             for e in entries.values()
-            if e.kind == kind
+            if e.kind == kind and e.applies_to(case)
         ]
         best = heapq.nsmallest(self.k, scored, key=lambda t: (-t[0], t[1]))
         return [entries[i] for rel, i in best if rel >= self.min_relevance]
 
-    def retrieve(self, query: str, *, user_id: str | None = None) -> list[MemoryEntry]:
+    def _similar(self, query: str, e: MemoryEntry, case: str | None) -> float:
+        """``similar(query, e.text)``; the case pattern on both sides when ``e`` is scoped
+        to it (as the lexical index does)."""
+        if case and case in e.scopes:
+            return self.similar(f"{query} {case}", f"{e.text} {case}")
+        return self.similar(query, e.text)
+
+    def retrieve(
+        self, query: str, *, user_id: str | None = None, case: str | None = None
+    ) -> list[MemoryEntry]:
         """Relevant live entries: up to ``k`` strategies, ``k`` lessons, and the user's
-        preferences, in a stable order."""
+        preferences, in a stable order.
+
+        With ``case`` (the session's case pattern; the retriever must be ``scoped``), only
+        strategies and lessons that apply to that case — scoped to its pattern, or to no
+        pattern — are considered; preferences go by user either way.
+
+        Raises:
+            ValueError: ``case`` given to a retriever that is not ``scoped``.
+        """
+        if case is not None and not self.scoped:
+            raise ValueError("retrieve(case=...) needs MemoryRetriever(..., scoped=True)")
         entries = self._entries()
         with self._lock:
             picked = [
-                e for kind in ("strategy", "lesson") for e in self._ranked(query, kind, entries)
+                e
+                for kind in ("strategy", "lesson")
+                for e in self._ranked(query, kind, entries, case)
             ]
             if user_id is not None:
                 picked += [entries[i] for i in self._index.preferences.get(user_id, [])[: self.k]]
         return picked
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def _sentences(text: str) -> list[str]:
+    return [p.strip() for p in _SENTENCE_END.split(text.strip()) if p.strip()]
+
+
 def render_reference(entries: Sequence[MemoryEntry]) -> str:
-    """The "for reference" section: stable text, so the prompt prefix stays cacheable."""
+    """The "for reference" section: stable text, so the prompt prefix stays cacheable.
+
+    Only what the model can act on: each entry's instruction (a lesson's other hints after
+    it), no ids, and no sentence twice — a sentence already said above is left out, and an
+    entry with nothing new is not listed.
+    """
     if not entries:
         return ""
     lines = [
         "FOR REFERENCE (learned from earlier sessions; use when relevant, the user's "
         "request always wins)"
     ]
+    seen: set[str] = set()
     groups = (("strategy", "STRATEGIES"), ("lesson", "LESSONS"), ("preference", "PREFERENCES"))
     for kind, title in groups:
-        items = [e for e in entries if e.kind == kind]
-        if not items:
-            continue
-        lines.append(title)
-        for e in items:
-            detail = "; ".join([*e.avoid_hints, *e.tool_hints]) or e.summary
-            lines.append(
-                f"- [{e.id}] {e.summary}" + (f" ({detail})" if detail != e.summary else "")
-            )
-    return "\n".join(lines)
+        items: list[str] = []
+        for e in (e for e in entries if e.kind == kind):
+            said = []
+            parts = [e.summary, *(e.avoid_hints if kind == "lesson" else ())]
+            named = set(re.findall(r"[\w-]+", e.summary))
+            unnamed = [t for t in e.tool_hints if kind == "strategy" and t not in named]
+            if unnamed:  # a curator's strategy that does not name its tools
+                parts.append(f"Use {', '.join(unnamed)}.")
+            for part in parts:
+                for sentence in _sentences(part):
+                    key = " ".join(sentence.lower().rstrip(".!?").split())
+                    if key not in seen:
+                        seen.add(key)
+                        said.append(sentence if sentence[-1] in ".!?" else sentence + ".")
+            if said:
+                items.append("- " + " ".join(said))
+        if items:
+            lines += [title, *items]
+    return "\n".join(lines) if len(lines) > 1 else ""
 
 
 ReferenceProvider = Callable[[str, str | None], tuple[list[str], str]]
 """``(query, user_id) -> (entry ids, rendered section)``, what the harness injects."""
 
 
-def memory_provider(source: EntrySource | MemoryRetriever, k: int = 3) -> ReferenceProvider:
+def memory_provider(
+    source: EntrySource | MemoryRetriever,
+    k: int = 3,
+    *,
+    case_key: Callable[[str], str] | None = None,
+) -> ReferenceProvider:
     """A reference provider for the harness's ``ReferenceMiddleware``: retrieve, render,
     return ids and text.
 
@@ -197,11 +261,18 @@ def memory_provider(source: EntrySource | MemoryRetriever, k: int = 3) -> Refere
         source: A retriever, or where entries live (a store or a pinned snapshot; a
             retriever with ``k`` is built over it).
         k: Entries per kind when a retriever is built here.
+        case_key: ``request -> case pattern``: only entries of that pattern (and
+            pattern-free ones) are served (a given retriever must be ``scoped``).
     """
-    retriever = source if isinstance(source, MemoryRetriever) else MemoryRetriever(source, k=k)
+    retriever = (
+        source
+        if isinstance(source, MemoryRetriever)
+        else MemoryRetriever(source, k=k, scoped=case_key is not None)
+    )
 
     def provide(query: str, user_id: str | None) -> tuple[list[str], str]:
-        entries = retriever.retrieve(query, user_id=user_id)
+        case = case_key(query) if case_key is not None else None
+        entries = retriever.retrieve(query, user_id=user_id, case=case)
         return [e.id for e in entries], render_reference(entries)
 
     return provide

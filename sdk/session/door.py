@@ -63,6 +63,8 @@ class SessionContext:
         thread: Whether the session continues (a thread or a named session) — a source
             that pins state of its own (an adapter router) pins only then.
         variables: Values for the prompt's variables.
+        metadata: The trace metadata of the session's first run (``RunInfo.metadata``,
+            e.g. a ``task_id``): what a case key may read besides the request.
     """
 
     session: str
@@ -70,6 +72,7 @@ class SessionContext:
     user_id: str | None = None
     thread: bool = False
     variables: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,11 +138,14 @@ class SessionPin:
         session: The thread id (or a one-off id for a call without a thread).
         user_id: The session's user, if known.
         resolved: What each source resolved, by ``<kind>/<name>``.
+        metadata: The trace metadata of the session's first run (see
+            :attr:`SessionContext.metadata`).
     """
 
     session: str
     user_id: str | None = None
     resolved: Mapping[str, Resolved] = dataclasses.field(default_factory=dict)
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def get(self, kind: str, name: str | None = None) -> Resolved | None:
         """What the session pinned for ``kind/name`` (``name=None``: the first of the kind)."""
@@ -244,6 +250,7 @@ class SessionDoor:
             context.session,
             user_id=context.user_id,
             resolved={r.key: r for r in (self._resolve(s, context) for s in self.sources)},
+            metadata=context.metadata,
         )
         if context.thread:
             with self._lock:

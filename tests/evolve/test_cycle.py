@@ -107,11 +107,12 @@ def test_memory_reaches_the_next_session_and_the_trace(
     assert "LESSONS" in system or "STRATEGIES" in system
     store.flush(5)
     (trace,) = store.traces()
-    assert trace.skill_ids and all(i in system for i in trace.skill_ids)
+    entries = memory.entries()
+    assert trace.skill_ids and all(entries[i].summary in system for i in trace.skill_ids)
+    assert not any(i in system for i in trace.skill_ids)  # ids are the trace's, not the model's
     # what the model reads: lessons and strategies are instructions, never descriptions
     reference = system[system.index("FOR REFERENCE") :]
-    said = [re.sub(r"^- \[[^\]]+\] ", "", line) for line in reference.splitlines()]
-    said = [s for s, line in zip(said, reference.splitlines(), strict=True) if line[:3] == "- ["]
+    said = [line[2:] for line in reference.splitlines() if line.startswith("- ")]
     assert said and "Avoid:" not in reference
     assert "As many picks as requested" not in reference
     assert "The run ends with shopping_summary" not in reference

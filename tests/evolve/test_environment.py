@@ -182,11 +182,11 @@ def test_cycle_through_the_plugin_and_the_cli(
         tmp_path / "m.db", registry=open_registry(tmp_path / ".evoharness/registry.db")
     )
     lessons = [e for e in memory.entries().values() if e.kind == "lesson"]
-    assert lessons and all(e.query_pattern == "sums" for e in lessons)
+    assert lessons and all(e.scopes == ["sums"] for e in lessons)
     # the injected prompt text: lessons read as instructions
     _, text = memory_provider(memory)("What is 10 plus 30? Use the add tool.", None)
     lines = text.split("LESSONS", 1)[1].strip().splitlines()
-    said = [re.sub(r"^- \[[^\]]+\] ", "", line) for line in lines if line.startswith("- [")]
+    said = [line[2:] for line in lines if line.startswith("- ")]
     assert said and all(IMPERATIVE.match(s) for s in said), said
     assert "Avoid:" not in text and "The answer states the correct sum" not in text
     # no checker: says so, and nothing is good without evidence

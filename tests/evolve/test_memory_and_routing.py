@@ -162,7 +162,8 @@ def test_retrieval_top_k_relevance_and_preferences(tmp_path: Path) -> None:
     assert [e.kind for e in got] == ["strategy", "lesson", "preference"]
     assert got[0].query_pattern == "kitchen" and got[1].summary == "Avoid: no summary"
     text = render_reference(got)
-    assert text.startswith("FOR REFERENCE") and "LESSONS" in text and got[1].id in text
+    assert text.startswith("FOR REFERENCE") and "LESSONS" in text and got[1].summary in text
+    assert not any(e.id in text for e in got)  # ids are for traces, not for the model
     assert MemoryRetriever(store, k=3).retrieve("quantum physics") == []
 
 

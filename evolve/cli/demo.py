@@ -62,13 +62,15 @@ def _print_learned(result: DemoResult) -> None:
         f"routed {c.routed}; memory v{c.memory_version}: {c.strategies} strategies, "
         f"{c.lessons} lessons; guard rules v{c.guard_version}"
     )
+    from evoharness.sdk.memory.entries import scope_label
+
     console.print("learned (top entries, as injected into the prompt):")
     strategies = [e for e in result.learned if e.kind == "strategy"][:3]
     lessons = [e for e in result.learned if e.kind == "lesson"][:7]
     for e in [*strategies, *lessons]:
         hint = "; ".join(e.avoid_hints) or e.summary
         console.print(
-            f"  {escape(f'[{e.kind}]')} ({escape(e.query_pattern)}) {escape(hint)}  "
+            f"  {escape(f'[{e.kind}]')} ({escape(scope_label(e))}) {escape(hint)}  "
             f"[dim]conf {e.confidence:.2f}, {len(e.references)} traces[/dim]"
         )
 

@@ -26,7 +26,7 @@ from evoharness.sdk.environment import Environment
 from evoharness.sdk.memory import MemoryEntry, MemoryStore
 from evoharness.sdk.registry import GuardRuleVersions, open_registry
 from evoharness.sdk.runner import RunReport, TaskResult, run_tasks
-from evoharness.sdk.session import GuardRulesSource, MemorySource
+from evoharness.sdk.session import ArtifactSource, GuardRulesSource, MemorySource
 
 
 class Phase(BaseModel):
@@ -72,8 +72,12 @@ def run_demo(
     grader = build_judge(plugin)
     rubrics = build_rubrics(plugin)
     world = runtime_of(plugin)
-    # what evolve learns reaches the agent through the session door, as in an app
-    door = [MemorySource(registry, plugin.name), GuardRulesSource(registry, plugin.name)]
+    # what evolve learns reaches the agent through the session door, as in an app: each
+    # session gets the memory of its own case pattern (the plugin's case key)
+    door: list[ArtifactSource] = [
+        MemorySource(registry, plugin.name, case_key=plugin.case_key),
+        GuardRulesSource(registry, plugin.name),
+    ]
     val = world.tasks("val")[:val_limit] if val_limit else world.tasks("val")
     train = world.tasks("train")[:train_limit] if train_limit else world.tasks("train")
 

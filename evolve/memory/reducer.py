@@ -44,13 +44,22 @@ def _op_key(op: MemoryOp) -> tuple[int, str]:
     return _OP_ORDER[op.op], body
 
 
+def _scopes(into: MemoryEntry, other: MemoryEntry) -> list[str]:
+    """The patterns a merged entry applies to: both entries' (none when either applies
+    everywhere)."""
+    a, b = into.scopes, other.scopes
+    return sorted({*a, *b}) if a and b else []
+
+
 def _merge(into: MemoryEntry, other: MemoryEntry, now: float) -> MemoryEntry:
     return into.model_copy(
         update={
             "references": sorted(set(into.references) | set(other.references)),
-            "tool_hints": sorted(set(into.tool_hints) | set(other.tool_hints)),
+            # a strategy's tool hints are its steps in order: keep them, add the other's after
+            "tool_hints": list(dict.fromkeys([*into.tool_hints, *other.tool_hints])),
             "avoid_hints": sorted(set(into.avoid_hints) | set(other.avoid_hints)),
             "key_decisions": sorted(set(into.key_decisions) | set(other.key_decisions)),
+            "patterns": _scopes(into, other),
             "helpful": into.helpful + other.helpful + 1,
             "harmful": into.harmful + other.harmful,
             "score": max(into.score, other.score),
@@ -111,8 +120,9 @@ def reduce_ops(
 
     Ops are applied in a canonical order (ADD, UPDATE, MERGE, DELETE; within a kind by
     content). An ADD whose entry is at least ``dedupe_at`` similar to a live entry of the
-    same kind and pattern merges into it (references united, ``helpful`` + 1) instead of
-    adding a near-duplicate. DELETE retires (keeps provenance); unknown ids are ignored.
+    same kind and pattern merges into it (references and case patterns united, ``helpful``
+    + 1) instead of adding a near-duplicate; a strategy only into one that names the same
+    steps. DELETE retires (keeps provenance); unknown ids are ignored.
     """
     out = dict(entries)
     # One pass over the batch: an ADD's twin can only share its kind and pattern, so ADDs
@@ -134,7 +144,14 @@ def reduce_ops(
 
             def fits(i: str, new: MemoryEntry = new) -> bool:
                 e = out[i]
-                return not e.retired and e.kind == new.kind and e.query_pattern == new.query_pattern
+                return (
+                    not e.retired
+                    and e.kind == new.kind
+                    and e.query_pattern == new.query_pattern
+                    # strategies that name other steps are other strategies, however alike
+                    # their texts read (one step more is one word more)
+                    and (e.kind != "strategy" or i == new.id or e.tool_hints == new.tool_hints)
+                )
 
             if lexical:
                 found = group.similar(new.summary, out, dedupe_at)
@@ -167,6 +184,7 @@ def reduce_ops(
                     "avoid_hints",
                     "score",
                     "query_pattern",
+                    "patterns",
                 )
             }
             out[op.id] = out[op.id].model_copy(update={**allowed, "updated_at": now})

@@ -199,7 +199,7 @@ def _targeting(
     hint = hints.get(cl.item.removeprefix("p2:"))  # hints are keyed by the plain item id
     for mv in sorted(history, key=lambda m: m.active_since):
         for e in mv.entries:
-            if e.kind != "lesson" or e.retired or e.query_pattern != cl.pattern:
+            if e.kind != "lesson" or e.retired or not e.applies_to(cl.pattern):
                 continue
             if hint is None or hint in e.avoid_hints or hint == e.summary:
                 return mv

@@ -27,6 +27,7 @@ from evoharness.evolve.episodes.sessions import SessionView, sessions
 from evoharness.evolve.episodes.traces import (
     Episode,
     EpisodeFilter,
+    LangfuseReadError,
     LangfuseTraceSource,
     LocalTraceSource,
     ToolCallRecord,
@@ -41,6 +42,7 @@ __all__ = [
     "EpisodeFilter",
     "Intervention",
     "InterventionKind",
+    "LangfuseReadError",
     "LangfuseTraceSource",
     "LocalTraceSource",
     "PatternFn",

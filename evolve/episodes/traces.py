@@ -12,13 +12,18 @@ an outbox — read Langfuse there (see ``docs/tracing.md``).
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from evoharness.evolve.episodes._langfuse_reads import (
+    LangfuseReadError as LangfuseReadError,  # re-exported: raised by LangfuseTraceSource
+)
+from evoharness.evolve.episodes._langfuse_reads import base_url_of, read_error
 from evoharness.evolve.episodes.evidence import EpisodeEvidence, extract_evidence
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import Observation, Score, Trace, TraceStore, Usage
@@ -30,6 +35,8 @@ from evoharness.harness.tracing.langfuse_codec import (
 from evoharness.harness.tracing.provenance import OFFLINE_TAG, resolve_scores
 from evoharness.harness.tracing.schema import Versions
 from evoharness.harness.tracing.store import TraceQuery, gc_paused
+
+_T = TypeVar("_T")
 
 
 class ToolCallRecord(BaseModel):
@@ -332,6 +339,11 @@ class LangfuseTraceSource:
         environment: Only this Langfuse environment (server-side).
         judge: The environment whose judge's scores episodes show (as
             :class:`LocalTraceSource`).
+        host: The base URL named in errors (default: the client's).
+
+    Raises:
+        LangfuseReadError: (while reading) Langfuse did not answer in time, could not be
+            reached, or refused the read; the message names the host and the fix.
     """
 
     def __init__(
@@ -341,10 +353,12 @@ class LangfuseTraceSource:
         page_size: int = 100,
         environment: str | None = None,
         judge: str | None = None,
+        host: str | None = None,
     ) -> None:
         if api is None:
             raise ConfigError("LangfuseTraceSource needs a LangfuseAPI client", field="api")
         self.api = api
+        self.host = host or base_url_of(api)
         self.page_size = page_size
         self.environment = environment
         self.judge = judge
@@ -353,11 +367,28 @@ class LangfuseTraceSource:
         """Now, as a start-time cursor."""
         return repr(time.time())
 
+    def _read(self, what: str, read: Callable[[], _T]) -> _T:
+        try:
+            return read()
+        except Exception as exc:
+            error = read_error(exc, host=self.host, what=what)
+            if error is None:
+                raise
+            raise error from exc
+
     def _observations(self, **query: Any) -> Iterator[Any]:
         cursor: str | None = None
+        what = f"trace {query['trace_id']}'s observations" if "trace_id" in query else "traces"
         while True:
-            page = self.api.observations.get_many(
-                limit=self.page_size, cursor=cursor, parse_io_as_json=True, **query
+            page = self._read(
+                what,
+                functools.partial(
+                    self.api.observations.get_many,
+                    limit=self.page_size,
+                    cursor=cursor,
+                    parse_io_as_json=True,
+                    **query,
+                ),
             )
             yield from page.data
             cursor = page.meta.cursor
@@ -368,7 +399,12 @@ class LangfuseTraceSource:
         out: list[Score] = []
         cursor: str | None = None
         while True:
-            page = self.api.scores.get_many(trace_id=trace_id, limit=self.page_size, cursor=cursor)
+            page = self._read(
+                f"trace {trace_id}'s scores",
+                functools.partial(
+                    self.api.scores.get_many, trace_id=trace_id, limit=self.page_size, cursor=cursor
+                ),
+            )
             out += [score_from_api(s, trace_id) for s in page.data]
             cursor = page.meta.cursor
             if not cursor:

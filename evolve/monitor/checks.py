@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,14 @@ from evoharness.sdk.registry import ArtifactNotFound, Registry, live_since
 class DriftConfig(BaseModel):
     """Settings of the sequential drift tests (see :class:`DriftDetector`).
 
+    A finding needs a significant shift that also clears a minimum effect: the interval
+    must lie beyond both the absolute floor and the relative one (a share of the reference
+    mean), so a significant but negligible shift (latency noise of a few ms on a loaded
+    machine) raises nothing. By default latency must rise by 50 ms and by half, a tool's
+    success rate fall by 2 points; any significant drop of quality counts (the judge's
+    scale is the app's: set a floor that means something on it). Set them to 0 (ratios to
+    1) to be told of every significant shift.
+
     Attributes:
         reference: Samples that form each stream's reference window.
         batch: Look after every this many later samples (also the window size of the
@@ -33,10 +41,13 @@ class DriftConfig(BaseModel):
         alpha: False-alarm rate per stream over its whole length.
         restart_every: A fresh comparison every this many later samples.
         min_effect_total: Smallest drop of the mean rubric total worth a finding.
-        min_effect_p0: Smallest rise of the P0 failure rate worth a finding.
+        min_relative_total: ... and as a share of the reference mean total.
+        min_effect_p0: Smallest rise of the P0 failure rate worth a finding (no relative
+            floor: a reference P0 rate is usually about 0).
         min_effect_success: Smallest drop of a tool's success rate worth a finding.
-        min_latency_ratio: Smallest rise of a tool's latency (as a ratio; tested on log
-            latency) worth a finding.
+        min_relative_success: ... and as a share of the reference success rate.
+        min_latency_ms: Smallest rise of a tool's (geometric mean) latency worth a finding.
+        min_latency_ratio: ... and as a ratio to the reference (tested on log latency).
     """
 
     reference: int = Field(30, ge=2)
@@ -44,11 +55,32 @@ class DriftConfig(BaseModel):
     alpha: float = Field(0.05, gt=0, lt=1)
     restart_every: int | None = Field(50, ge=1)
     min_effect_total: float = Field(0.0, ge=0)
+    min_relative_total: float = Field(0.0, ge=0)
     min_effect_p0: float = Field(0.0, ge=0)
-    min_effect_success: float = Field(0.0, ge=0)
-    min_latency_ratio: float = Field(1.0, ge=1.0)
+    min_effect_success: float = Field(0.02, ge=0)
+    min_relative_success: float = Field(0.0, ge=0)
+    min_latency_ms: float = Field(50.0, ge=0)
+    min_latency_ratio: float = Field(1.5, ge=1.0)
 
-    def detector(self, direction: Direction, min_effect: float) -> DriftDetector:
+    def floors(self) -> dict[str, Callable[[float], float]]:
+        """Per metric, the smallest shift worth a finding as a function of the reference
+        mean (latency: of the mean log1p latency, the scale it is tested on)."""
+
+        def latency(reference: float) -> float:
+            ms = math.expm1(reference)
+            least = max(ms + self.min_latency_ms, ms * self.min_latency_ratio)
+            return math.log1p(least) - reference
+
+        return {
+            "total": lambda r: max(self.min_effect_total, self.min_relative_total * abs(r)),
+            "p0_rate": lambda r: self.min_effect_p0,
+            "success": lambda r: max(self.min_effect_success, self.min_relative_success * r),
+            "latency_ms": latency,
+        }
+
+    def detector(
+        self, direction: Direction, min_effect: float | Callable[[float], float]
+    ) -> DriftDetector:
         """A detector with these settings."""
         return DriftDetector(
             reference=self.reference,
@@ -133,9 +165,10 @@ def quality_drift(
             stream["p0_rate"].append((e.start_time, 1.0 - p0))
     findings: list[Finding] = []
     series: dict[str, dict[str, list[dict[str, float | int]]]] = {}
-    specs: dict[str, tuple[Direction, float, Layer]] = {
-        "total": ("decrease", c.min_effect_total, "memory"),
-        "p0_rate": ("increase", c.min_effect_p0, "guard"),
+    floors = c.floors()
+    specs: dict[str, tuple[Direction, Callable[[float], float], Layer]] = {
+        "total": ("decrease", floors["total"], "memory"),
+        "p0_rate": ("increase", floors["p0_rate"], "guard"),
     }
     for group, metrics in sorted(streams.items()):
         series[group] = {m: windows(points, c.batch) for m, points in metrics.items()}
@@ -220,7 +253,8 @@ def tool_decay(
         }
         keys = {k: n for k, n in breakers.items() if k == name or k.startswith(f"{name}:")}
         hits: list[tuple[str, str, dict[str, Any]]] = []
-        d = c.detector("decrease", c.min_effect_success)
+        floors = c.floors()
+        d = c.detector("decrease", floors["success"])
         hit = d.update(v for _, v in ok)
         if hit is not None:
             iv = hit.interval
@@ -229,11 +263,16 @@ def tool_decay(
                     "success",
                     f"success rate fell from {iv.mean_control:.1%} to {iv.mean_candidate:.1%} "
                     f"(difference {iv.describe()})",
-                    {"low": iv.low, "high": iv.high, "since_time": ok[hit.started_at][0]},
+                    {
+                        "estimate": iv.estimate,
+                        "low": iv.low,
+                        "high": iv.high,
+                        "since_time": ok[hit.started_at][0],
+                    },
                 )
             )
         if lat:
-            d = c.detector("increase", math.log(c.min_latency_ratio))
+            d = c.detector("increase", floors["latency_ms"])
             hit = d.update(math.log1p(max(0.0, float(v))) for _, v in lat)
             if hit is not None:
                 iv = hit.interval
@@ -244,7 +283,14 @@ def tool_decay(
                         "latency_ms",
                         f"latency rose from ~{ref:.0f} ms to ~{now:.0f} ms (geometric mean; "
                         f"log difference {iv.describe()})",
-                        {"low": iv.low, "high": iv.high, "since_time": lat[hit.started_at][0]},
+                        {
+                            "estimate": iv.estimate,
+                            "low": iv.low,
+                            "high": iv.high,
+                            "reference_ms": ref,
+                            "recent_ms": now,
+                            "since_time": lat[hit.started_at][0],
+                        },
                     )
                 )
         for metric, message, detail in hits:

@@ -14,12 +14,18 @@ reference). Comparison ``j`` runs at ``alpha * 6 / (pi**2 * j**2)``; these sum t
 by the union bound the chance of any false alarm over all comparisons and all looks stays below
 ``alpha``. A fixed threshold ("alarm below 0.7") is what this replaces: it needs tuning per
 metric and fires on noise as often as the stream crosses it.
+
+Each look uses that look's interval, centred on its estimate (not the running intersection
+of every look, whose bounds come from earlier looks at which a drifting difference was
+smaller, and which then excludes the estimate it is printed with). A shift must also clear a
+minimum effect (``min_effect``) to raise an alarm: a significant shift of a few milliseconds
+on a busy machine is real and not worth anyone's time.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -65,7 +71,8 @@ class DriftDetector:
         direction: ``decrease`` (scores, success rates) or ``increase`` (P0 rates,
             latencies) counts as degradation.
         min_effect: Smallest shift worth an alarm (the interval must clear it), in the
-            metric's units; 0 alarms on any significant shift.
+            metric's units, or a function of the reference mean that gives it (a floor
+            relative to the reference); 0 alarms on any significant shift.
         restart_every: Start a new comparison every this many later values (``None``: one
             comparison only).
         max_arms: At most this many comparisons run at once (the oldest ones stop).
@@ -81,7 +88,7 @@ class DriftDetector:
     batch: int = 10
     alpha: float = 0.05
     direction: Direction = "decrease"
-    min_effect: float = 0.0
+    min_effect: float | Callable[[float], float] = 0.0
     restart_every: int | None = 100
     max_arms: int = 8
     phi: float = 1.0
@@ -109,14 +116,21 @@ class DriftDetector:
         if len(self._arms) > self.max_arms:
             self._arms.pop(0)
 
+    def floor(self) -> float:
+        """The smallest shift worth an alarm now (``min_effect`` at the reference mean)."""
+        if callable(self.min_effect):
+            reference = self.reference_mean
+            return 0.0 if reference is None else max(0.0, self.min_effect(reference))
+        return self.min_effect
+
     def _degraded(self, iv: Interval) -> bool:
         if self.direction == "decrease":
-            return iv.high < -self.min_effect
-        return iv.low > self.min_effect
+            return iv.high < -self.floor()
+        return iv.low > self.floor()
 
     def _look(self) -> Detection | None:
         for arm in self._arms:
-            iv = arm.cmp.interval()
+            iv = arm.cmp.interval(running=False)
             if self._degraded(iv):
                 return Detection(self.seen - 1, arm.start, iv, arm.alpha)
         return None

@@ -117,22 +117,30 @@ class SequentialComparison:
             self._sum[arm] += float(v)
             self._range = (min(self._range[0], float(v)), max(self._range[1], float(v)))
 
-    def interval(self) -> Interval:
+    def interval(self, *, running: bool = True) -> Interval:
         """Update and return the confidence sequence for ``candidate - control``.
 
         The bounds are the running intersection over every call so far (savvi keeps the
         tightest bounds seen), which is still valid because the sequence covers uniformly.
+
+        With ``running=False`` they are this look's alone, centred on the estimate: as valid
+        at every sample size, and what a stream whose difference moves over time (a drift
+        monitor's) needs: the intersection keeps bounds from looks at which the difference
+        was smaller and can then exclude the current estimate.
         """
         np = self._np
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if min(self._n) >= 2:
                 self._model.infer()
-        low, high = (float(x) for x in self._model.conf_int[1])
+            bounds = self._model.conf_int
+            if not running and min(self._n) >= 2:
+                bounds = self._model.calculate_conf_int()
+        low, high = (float(x) for x in bounds[1])
         n0, n1 = self._n
         m0 = self._sum[0] / n0 if n0 else 0.0
         m1 = self._sum[1] / n1 if n1 else 0.0
-        if math.isnan(low) or math.isnan(high):  # pragma: no cover - savvi keeps fmax/fmin
+        if math.isnan(low) or math.isnan(high):  # no variation yet (a look's own bounds)
             low, high = -math.inf, math.inf
         return Interval(
             m1 - m0, low, high, n0, n1, m0, m1, constant=self._range[0] == self._range[1]

@@ -27,6 +27,7 @@ from evoharness.evolve.cli.options import (
     TemperatureOption,
     VotesOption,
 )
+from evoharness.evolve.cli.replay import replay
 from evoharness.evolve.cycle import run_cycle, summarize
 from evoharness.evolve.environment import (
     EvolveEnvironment,
@@ -67,6 +68,7 @@ console = sdk_cli.console
 app = typer.Typer(
     help="Judge traces, route cases, curate memory and guard rules.", no_args_is_help=True
 )
+app.command("replay")(replay)  # the P1 replay pool's consumer (evolve/cli/replay.py)
 
 
 class JudgeSpec:

@@ -46,6 +46,7 @@ from evoharness.sdk.cli.options import (
 from evoharness.sdk.prompts import RegistryPromptStore
 from evoharness.sdk.registry import open_registry
 from evoharness.sdk.rollout import parse_stages, parse_tolerances
+from evoharness.sdk.session import PROMPT
 
 console = sdk_cli.console
 app = typer.Typer(
@@ -104,6 +105,8 @@ def _print(report: PromptLayerReport) -> None:
         f"{len(report.clusters)} cluster(s): "
         + ", ".join(f"{c.key} ({c.size})" for c in report.clusters)
     )
+    if report.note:
+        console.print(escape(report.note))
     for p in report.proposals:
         _proposal(p)
 
@@ -164,16 +167,27 @@ def propose(
     st = EvolveState(state)
     try:
         packages = st.pool("lesson_candidate")
-        world = runtime_of(load_plugin(env), **_options(seed))
-        ensure_prompt(reg, name, world.system_prompt())
+        world = load_plugin(env).runtime(**_options(seed))
+        if world is not None:
+            ensure_prompt(reg, name, world.system_prompt())
+        elif reg.labels(PROMPT, name).get("active") is None:
+            raise ConfigError(
+                f"prompt {name!r} has no active version, and environment {env!r} has no run "
+                "side to import one from: publish the app's prompt first (evoharness prompts "
+                f"create {name} --file PROMPT.txt --activate)",
+                field="prompt",
+            )
         search_ids = {str((p.get("metadata") or {}).get("task_id")) for p in packages}
         report = run_prompt_layer(
             registry=reg,
             prompt=name,
             env=env,
             packages=packages,
-            val=(val_split, _ids(env, val_split, val_limit, seed, set())),
-            guard=(guard_split, _ids(env, guard_split, guard_limit, seed, search_ids)),
+            val=(val_split, _ids(env, val_split, val_limit, seed, set()) if world else []),
+            guard=(
+                guard_split,
+                _ids(env, guard_split, guard_limit, seed, search_ids) if world else [],
+            ),
             results=results,
             search_split=search_split,
             reflector=reflect,

@@ -202,6 +202,7 @@ def run_prompt_layer(
     trace_db: Path | str | None = None,
     memory_db: Path | str | None = None,
     fixed_items: Collection[str] = (),
+    decided: Collection[tuple[str, str]] | None = None,
     config: PromptLayerConfig | None = None,
     actor: str = "evolve:prompt-layer",
     now: float | None = None,
@@ -231,11 +232,19 @@ def run_prompt_layer(
             ``eval_store_path(app_db)``, as the CLI does).
         memory_db: Memory injected into every run (the layer runs after memory).
         fixed_items: Rubric items memory already fixed (their clusters are skipped).
+        decided: ``(item, pattern)`` of the clusters the cycle's cheapest-layer routing
+            decided for the prompt layer (:func:`~evoharness.evolve.routing.layers.
+            prompt_clusters`): only those are proposed on, never one memory fixed or one
+            sent to another layer (``None``: every cluster of ``packages``).
         config: Layer settings.
         actor: Recorded as the author of versions, proposals and the rollout start.
         now: Time for the quota (default: now).
         evaluate: ``False`` stops after publishing the first gated candidate as a draft
             (status ``proposed``; ``evoharness prompt-evolve evaluate`` continues).
+            Without a run side (a plugin whose ``runtime()`` is ``None``: traces and a
+            grade only) the layer always stops there: it reflects on the clusters once (no
+            search), publishes the gated draft and says that only a staged rollout can
+            prove it (``report.note``).
 
     Returns:
         The :class:`PromptLayerReport`; ``report.accepted`` is in the rollout at stage one.
@@ -272,9 +281,12 @@ def run_prompt_layer(
         for c in cluster_bad_cases(
             packages, case_key=plugin.case_key, hints=hints, min_size=cfg.min_cluster
         )
-        if c.item not in skip
+        if c.item not in skip and (decided is None or (c.item, c.pattern) in decided)
     ][: cfg.max_clusters]
     report = PromptLayerReport(prompt=prompt, active=active.version, clusters=clusters)
+    if decided is not None and not clusters:
+        report.note = "the last evolve cycle decided no cluster for the prompt layer"
+    replays = plugin.runtime(**(env_options or {})) is not None
     used = proposals_in_period(registry, prompt, period_s=cfg.gates.period_s, now=now)
     if clusters and used >= cfg.gates.max_per_period:
         report.note = (
@@ -285,6 +297,12 @@ def run_prompt_layer(
     if not clusters:
         report.seconds = round(time.time() - started, 3)
         return report
+    if not replays:  # traces and a grade only: reflect on the clusters, draft, stop there
+        report.note = _no_run_side_note(env)
+        return _draft_from_traces(
+            report, clusters, registry, store, active, cfg, reflector, reflection_model,
+            prompt=prompt, actor=actor, now=now, started=started,
+        )  # fmt: skip
     results = results if isinstance(results, EvalResults) else EvalResults(results)
     evaluation = PairedEvaluation(
         env,
@@ -305,6 +323,82 @@ def run_prompt_layer(
         )  # fmt: skip
     finally:
         evaluation.close()
+
+
+def _no_run_side_note(env: str) -> str:
+    """What a draft made without a run side can and cannot claim."""
+    return (
+        f"environment {env!r} has no run side (tasks to replay), so no offline evaluation "
+        "can prove a draft: only a staged rollout can (evoharness prompts rollout NAME "
+        "VERSION); the draft was reflected from the bad-case clusters of the traces alone"
+    )
+
+
+def _draft_from_traces(
+    report: PromptLayerReport,
+    clusters: list[BadCaseCluster],
+    registry: Registry,
+    store: RegistryPromptStore,
+    active: PromptVersion,
+    cfg: PromptLayerConfig,
+    reflector: Reflector | None,
+    reflection_model: Any,
+    *,
+    prompt: str,
+    actor: str,
+    now: float | None,
+    started: float,
+) -> PromptLayerReport:
+    """One reflection over the clusters (GEPA's search needs runs), gated, published as a
+    draft version (status ``proposed``) that only a staged rollout can prove."""
+    keys = [c.key for c in clusters]
+    r = reflector or LLMReflector(reflection_model)
+    rules: list[str] = []
+    for cl in clusters:
+        rules += [x for x in r.propose(cl, active.render()) if x not in rules]
+    template = append_rules(active.template, rules)
+    if not rules:
+        p = Proposal(
+            clusters=keys,
+            rules=[],
+            status="no_change",
+            reason="the reflection proposed no rule the active version lacks",
+        )
+        report.proposals.append(p)
+        report.seconds = round(time.time() - started, 3)
+        return report
+    gate = check_gates(
+        active.template, template, cfg.gates, registry=registry, prompt=prompt, now=now
+    )
+    if not gate.passed:
+        p = Proposal(
+            clusters=keys, rules=rules, status="gated_out", reason="; ".join(gate.reasons),
+            gate=gate,
+        )  # fmt: skip
+        report.proposals.append(record_proposal(registry, prompt, p, counted=False, actor=actor))
+        report.seconds = round(time.time() - started, 3)
+        return report
+    version = store.create(
+        prompt,
+        template,
+        changelog=f"evolve prompt layer (traces only): {len(rules)} rule(s) for {', '.join(keys)}",
+        author=actor,
+        parent=active.version,
+    )
+    p = Proposal(
+        clusters=keys,
+        rules=rules,
+        status="proposed",
+        reason=(
+            f"draft v{version.version}: no run side to evaluate it on; only a staged rollout "
+            f"can prove it (evoharness prompts rollout {prompt} {version.version})"
+        ),
+        gate=gate,
+        version=version.version,
+    )
+    report.proposals.append(record_proposal(registry, prompt, p, counted=True, actor=actor))
+    report.seconds = round(time.time() - started, 3)
+    return report
 
 
 def _propose_all(

@@ -10,13 +10,14 @@ LangSmith (to a loopback sink), by Langfuse's own ``langfuse.langchain.CallbackH
 loopback OTLP sink). Then the realistic tool workload (:mod:`.overhead_tools`): bare, the
 harness with tracing, and with tracing and ``ContextConfig()``, per task.
 
-Counted, not timed, where valgrind is installed: callgrind instructions of every thread,
-two steady-state runs (a process that runs once subtracted from one that runs three
-times: imports, construction and warm-up cancel out), with every exporter's timers pushed
-out of the way and its work flushed inside each run (or they fire mid-run under
-callgrind's slowdown). Without valgrind: process CPU time (all threads) per run, medians
-of interleaved processes. The servers (stand-in, sinks) run in this process, outside the
-measured ones: a real backend's work is not the app's.
+Counted, not timed, where valgrind is installed: callgrind instructions of every thread
+over two steady-state runs (the second and third run of one process; instrumentation is
+switched on for them alone, so imports, construction and the warm-up run are not
+counted), with every exporter's timers pushed out of the way and its work flushed inside
+each run (or they fire mid-run under callgrind's slowdown). Without valgrind: process CPU
+time (all threads) per run, medians of interleaved processes. The servers (stand-in,
+sinks) run in this process, outside the measured ones: a real backend's work is not the
+app's.
 
 Last line: ``store_ratio`` (harness + local tracing / LangChain's floor), ``end_to_end_ratio``
 (exported / bare), ``floor_ratio``, ``langfuse_handler_ratio`` (bare + Langfuse's handler /
@@ -234,23 +235,42 @@ def _tool_run(name: str, tmp: Path, counted: bool) -> Callable[[], None]:
 
 
 def child(name: str, runs: int, rounds: int, *, timed: bool) -> None:
-    """The measured process: build ``name`` and run it ``runs`` times (with ``timed``, one
-    warm-up first, then print each run's process CPU seconds as JSON)."""
+    """The measured process: build ``name``, run it once to warm up, then ``runs`` times —
+    under callgrind (started with ``--instr-atstart=no``) with instrumentation switched on
+    for those runs only; with ``timed``, printing each run's process CPU seconds as JSON."""
     with tempfile.TemporaryDirectory(prefix="evoharness-peers-") as tmp:
         run_once = _build(name, rounds, Path(tmp), counted=not timed)
-        if timed:
-            run_once()
+        run_once()  # warm-up: lazy imports, caches, first-call compilation
         gc.freeze()  # as the bench does: collections scan only what a run allocates
+        if not timed:
+            _instrument("on")
         cpu = []
         for _ in range(runs):
             gc.collect()
             start = time.process_time()
             run_once()
             cpu.append(time.process_time() - start)
-        if timed:
+        if not timed:
+            _instrument("off")
+        else:
             sys.stdout.write(json.dumps(cpu) + "\n")
         sys.stdout.flush()
         os._exit(0)  # exporters' and handlers' exit hooks are not the loop's cost
+
+
+def _instrument(state: str) -> None:
+    """Switch this process's callgrind instrumentation on or off (every thread's).
+
+    Imports, construction and the warm-up run execute uninstrumented — several times
+    faster than instrumented, and they are most of a one-run process — so one process per
+    variant measures its steady-state runs, where subtracting a one-run process from a
+    three-run one took two slow processes."""
+    subprocess.run(
+        ["callgrind_control", "-i", state, str(os.getpid())],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 # -- the servers (in the measuring process) ---------------------------------------------------
@@ -324,25 +344,35 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def callgrind_instructions(cmd: Sequence[str], out: Path, env: dict[str, str]) -> int:
-    """Total instructions (all threads) of one process run under callgrind."""
+def callgrind_instructions(
+    cmd: Sequence[str], out: Path, env: dict[str, str], *, at_start: bool = True
+) -> int:
+    """Total instructions (all threads) of one process run under callgrind (with
+    ``at_start=False``, of what it ran while it had instrumentation switched on)."""
     subprocess.run(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            *([] if at_start else ["--instr-atstart=no"]),
+            *cmd,
+        ],
         check=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=env,
     )
-    found = re.search(r"^(?:summary|totals): (\d+)", out.read_text(errors="replace"), re.M)
-    if found is None:
+    # "totals" counts what was collected; "summary" is 0 when instrumentation started off
+    found = re.findall(r"^(?:summary|totals): (\d+)", out.read_text(errors="replace"), re.M)
+    if not found:
         raise SystemExit(f"no instruction total in {out}")
-    return int(found.group(1))
+    return max(map(int, found))
 
 
 def _counted(name: str, rounds: int, folder: Path, env: dict[str, str]) -> float:
-    one = callgrind_instructions(_child_cmd(name, 1, rounds, False), folder / f"{name}-1", env)
-    three = callgrind_instructions(_child_cmd(name, 3, rounds, False), folder / f"{name}-3", env)
-    return float(three - one)  # two steady-state runs
+    """Instructions of two steady-state runs (the second and third of one process)."""
+    cmd = _child_cmd(name, 2, rounds, False)
+    return float(callgrind_instructions(cmd, folder / f"{name}.out", env, at_start=False))
 
 
 def _timed(name: str, rounds: int, reps: int, env: dict[str, str]) -> list[float]:

@@ -39,7 +39,7 @@ from evoharness.evolve.judging.rubric import (
 )
 from evoharness.evolve.memory.curation import RuleProposer
 from evoharness.harness import ConfigError
-from evoharness.sdk.environment import Environment, resolve_plugin
+from evoharness.sdk.environment import Environment, call_plugin, resolve_plugin
 
 __all__ = [
     "GENERIC",
@@ -246,7 +246,7 @@ def load_plugin(spec: str) -> EvolveEnvironment:
         return GENERIC
     obj = resolve_plugin(spec)
     if not isinstance(obj, EvolveEnvironment) and callable(obj):
-        obj = obj()
+        obj = call_plugin(spec, obj)
     if not isinstance(obj, EvolveEnvironment) or isinstance(obj, type):
         raise ConfigError(
             f"{spec!r} is not an evolve environment plugin; provide an object with name, "
@@ -304,7 +304,7 @@ def runtime_of(env: EvolveEnvironment, **options: Any) -> Environment:
     Raises:
         ConfigError: The plugin has no run side (nothing to run tasks on).
     """
-    runtime = env.runtime(**options)
+    runtime = call_plugin(env.name, env.runtime, **options)
     if runtime is None:
         raise ConfigError(
             f"environment {env.name!r} has no run side (tasks, tools, offline model); "

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+import inspect
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.language_models import BaseChatModel
@@ -19,7 +21,9 @@ from langchain_core.messages import BaseMessage
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel, Field
 
-from evoharness.harness import ConfigError
+from evoharness.harness.errors import ConfigError, EvoharnessError
+
+T = TypeVar("T")
 
 
 class TaskSpec(Protocol):
@@ -106,10 +110,8 @@ def resolve_plugin(spec: str) -> Any:
         if eps:
             try:
                 return eps[0].load()
-            except (ImportError, AttributeError) as exc:
-                raise ConfigError(
-                    f"cannot load environment {spec!r} ({eps[0].value}): {exc}", field="env"
-                ) from exc
+            except Exception as exc:  # a plugin's import can raise anything
+                raise _import_failed(f"{spec!r} ({eps[0].value})", exc) from exc
         if spec not in ENVIRONMENTS:
             raise ConfigError(
                 f"unknown environment {spec!r}; choose one of {', '.join(plugin_names())} "
@@ -118,17 +120,88 @@ def resolve_plugin(spec: str) -> Any:
             )
         spec = ENVIRONMENTS[spec]
     module_name, _, attr = spec.partition(":")
+    if not module_name.strip() or not attr.strip():
+        raise ConfigError(
+            f"--env {spec!r} names no object; write package.module:Object (e.g. "
+            "orderdesk.plugin:environment) or a registered name "
+            f"({', '.join(plugin_names())})",
+            field="env",
+        )
     try:
         obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
+    except Exception as exc:  # a plugin's import can raise anything
+        raise _import_failed(repr(spec), exc) from exc
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(
+                f"cannot load environment {spec!r}: {module_name} has no {part!r}; name the "
+                "plugin object (or its factory) after the colon",
+                field="env",
+            )
+        obj = getattr(obj, part)
+    return obj
+
+
+def _where(exc: BaseException) -> str:
+    """`` (at file.py:12)``: the innermost frame of ``exc``'s traceback, if it has one."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+
+
+def _cause(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def _import_failed(what: str, exc: BaseException) -> ConfigError:
+    """The one-line error for a plugin module that cannot be imported."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return ConfigError(
+            f"cannot load environment {what}: no module named {exc.name!r} on the path; "
+            "install its package, or run from the folder that holds it or put that folder on "
+            "PYTHONPATH (PYTHONPATH=/path/to/src evoharness ...)",
+            field="env",
+        )
+    if isinstance(exc, SyntaxError):
+        return ConfigError(
+            f"cannot load environment {what}: syntax error in {exc.filename} line {exc.lineno}: "
+            f"{exc.msg}; fix the plugin module",
+            field="env",
+        )
+    return ConfigError(
+        f"cannot load environment {what}: importing it raised {_cause(exc)}{_where(exc)}; fix "
+        "the plugin module (EVOHARNESS_DEBUG=1 shows the traceback)",
+        field="env",
+    )
+
+
+def call_plugin(spec: str, factory: Callable[..., T], /, **options: Any) -> T:
+    """``factory(**options)`` for the plugin ``spec``; a factory that does not take those
+    arguments, or fails, is a :class:`ConfigError` naming the plugin and the cause.
+
+    Errors of the project (a ``ConfigError`` for an unknown split, ...) pass through.
+    """
+    try:
+        inspect.signature(factory).bind(**options)
+    except TypeError as exc:
+        takes = "no arguments" if not options else f"the options {sorted(options)}"
         raise ConfigError(
-            f"cannot load environment {spec!r}: {exc}; check the module path and that the "
-            "package is installed",
+            f"environment {spec!r} cannot be built with {takes} ({exc}); give its "
+            "parameters defaults, or point --env at a ready plugin object",
             field="env",
         ) from exc
-    return obj
+    except ValueError:  # no signature to check (a builtin): call it and see
+        pass
+    try:
+        return factory(**options)
+    except EvoharnessError:
+        raise
+    except Exception as exc:  # the plugin's own code: anything
+        raise ConfigError(
+            f"environment {spec!r} failed while being built: {_cause(exc)}{_where(exc)}; fix "
+            "the plugin (EVOHARNESS_DEBUG=1 shows the traceback)",
+            field="env",
+        ) from exc
 
 
 def load_environment(name: str, **options: Any) -> Environment:
@@ -144,11 +217,11 @@ def load_environment(name: str, **options: Any) -> Environment:
     obj = resolve_plugin(name)
     runtime = getattr(obj, "runtime", None)
     if callable(runtime) and not isinstance(obj, type):
-        env = runtime(**options)
+        env = call_plugin(name, runtime, **options)
     elif isinstance(obj, Environment) and not isinstance(obj, type):
         env = obj
     elif callable(obj):
-        env = obj(**options)
+        env = call_plugin(name, obj, **options)
     else:
         env = None
     if env is None or not isinstance(env, Environment):

@@ -10,19 +10,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from evoharness.evolve.demo.cycle import DemoResult, Phase
-from evoharness.evolve.demo.prompts import PromptDemoResult, run_prompt_demo
-from evoharness.evolve.report import write_report
-from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.cli import console
 from evoharness.sdk.cli.options import TaskLimitOption
-from evoharness.sdk.registry import open_registry
+
+if TYPE_CHECKING:  # imported where they run: --help and argument errors need none of them
+    from evoharness.evolve.demo.cycle import DemoResult, Phase
+    from evoharness.evolve.demo.prompts import PromptDemoResult
 
 WORKDIR = Path(".evoharness/demo")
 
@@ -35,7 +34,7 @@ def _base_table(result: DemoResult) -> Table:
     table = Table(title="shop · val · offline policy (SIMULATED)")
     table.add_column("metric")
     for p in result.phases:
-        table.add_column(p.label, justify="right")
+        table.add_column(escape(p.label), justify="right")
     rows: list[tuple[str, Callable[[Phase], str]]] = [
         ("success rate", lambda p: f"{p.report.success_rate:.1%}"),
         ("mean score", lambda p: f"{p.report.mean_score:.3f}"),
@@ -49,7 +48,8 @@ def _base_table(result: DemoResult) -> Table:
     kinds = sorted({k for p in result.phases for k in p.report.failure_counts})
     for k in kinds:
         table.add_row(
-            f"failure: {k}", *(str(p.report.failure_counts.get(k, 0)) for p in result.phases)
+            escape(f"failure: {k}"),
+            *(str(p.report.failure_counts.get(k, 0)) for p in result.phases),
         )
     return table
 
@@ -137,11 +137,11 @@ def _layer_table(rows: list[dict[str, Any]]) -> Table:
 
         kind = "simulated" if (val or test).get("simulated", True) else "real model"
         table.add_row(
-            layer,
+            escape(layer),
             pct(val.get("success_rate")),
             pct(test.get("success_rate")),
             pct(val.get("p0_rate")),
-            f"{kind}: {(val or test).get('note', '')}",
+            escape(f"{kind}: {(val or test).get('note', '')}"),
         )
     return table
 
@@ -180,6 +180,12 @@ def demo(
     workdir: Annotated[Path, typer.Option(help="Where the demo keeps its stores.")] = WORKDIR,
 ) -> None:
     """The whole loop on the shop (SIMULATED policy): memory, prompt, rollout, report."""
+    from evoharness.evolve.demo.prompts import run_prompt_demo
+    from evoharness.evolve.report import write_report
+    from evoharness.harness.tracing import TraceStore
+    from evoharness.sdk.registry import open_registry
+
+    _say("loading the shop environment and the evolve layers")
     result = run_prompt_demo(
         workdir,
         train_limit=train_limit,

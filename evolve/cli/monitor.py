@@ -2,34 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from evoharness.evolve.episodes.traces import (
-    EpisodeFilter,
-    LangfuseTraceSource,
-    LocalTraceSource,
-    TraceSource,
-)
-from evoharness.evolve.monitor import (
-    DriftConfig,
-    Finding,
-    environment_tools,
-    read_findings,
-    run_monitor,
-)
 from evoharness.evolve.cli.options import JudgeEnvOption
-from evoharness.harness import ConfigError
-from evoharness.harness.tracing import TraceStore
+from evoharness.harness.errors import ConfigError, RunError
 from evoharness.sdk.cli import console
 from evoharness.sdk.cli.options import REGISTRY, TRACE_DB, RegistryOption, TagOption, TraceDbOption
-from evoharness.sdk.registry import open_registry
+from evoharness.sdk.cli.stores import trace_store
+
+if TYPE_CHECKING:  # imported where they run: --help and argument errors need none of them
+    from evoharness.evolve.episodes.traces import TraceSource
+    from evoharness.evolve.monitor import DriftConfig, Finding
+    from evoharness.harness.tracing import TraceStore
 
 FAIL_LEVELS = ("critical", "warning", "info", "never")
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
@@ -66,7 +57,11 @@ def monitor(
     ] = None,
     datasets: Annotated[
         list[Path] | None,
-        typer.Option("--datasets", help="Folder(s) with dataset manifests (stale DPO data)."),
+        typer.Option(
+            "--datasets",
+            exists=True,
+            help="Folder(s) with dataset manifests, or manifest files (stale DPO data).",
+        ),
     ] = None,
     hours: Annotated[
         float | None, typer.Option(min=0.0, help="Only runs of the last N hours.")
@@ -103,17 +98,23 @@ def monitor(
         raise ConfigError(
             f"unknown --fail-on {fail_on!r}; choose {', '.join(FAIL_LEVELS)}", field="fail_on"
         )
-    if not db.exists():
-        raise ConfigError(f"no trace store at {db}; run `evoharness run` first or pass --db")
-    store = TraceStore(db)
+    from evoharness.evolve.episodes.traces import LangfuseTraceSource, LocalTraceSource
+    from evoharness.evolve.monitor import DriftConfig
+
+    if env is not None and not env.strip():
+        raise ConfigError(
+            "--env is empty; name the environment plugin or leave it out", field="env"
+        )
+    _check_datasets(datasets or [], registry)
+    store = trace_store(db)
     source: TraceSource = LocalTraceSource(store, judge=judge_env)
     exporter = None
-    if langfuse:
-        from evoharness.harness.tracing.langfuse_export import LangfuseExporter
-
-        exporter = LangfuseExporter(store)
-        source = LangfuseTraceSource(exporter.api, judge=judge_env)
     try:
+        if langfuse:
+            from evoharness.harness.tracing.langfuse_export import LangfuseExporter
+
+            exporter = LangfuseExporter(store)
+            source = LangfuseTraceSource(exporter.api, judge=judge_env)
         _monitor(
             store,
             source,
@@ -127,6 +128,15 @@ def monitor(
             record=record,
             fail_on=fail_on,
         )
+    except Exception as exc:
+        if langfuse and _is_network_error(exc):
+            url = os.environ.get("LANGFUSE_BASE_URL") or os.environ.get("LANGFUSE_HOST") or "-"
+            raise RunError(
+                f"Langfuse at {url} did not answer ({type(exc).__name__}: {exc}); check "
+                "LANGFUSE_BASE_URL and that the server is up, or drop --langfuse to read the "
+                "local store"
+            ) from exc
+        raise
     finally:
         if exporter is not None:
             exporter.stop()
@@ -147,19 +157,27 @@ def _monitor(
     record: bool,
     fail_on: str,
 ) -> None:
+    from evoharness.evolve.episodes.traces import EpisodeFilter
+    from evoharness.evolve.monitor import environment_tools, read_findings, run_monitor
+    from evoharness.sdk.registry import open_registry
+
     if show:
         show_findings(read_findings(source), title="latest monitor findings")
         return
-    reg = (
-        open_registry(registry)
-        if registry and ("://" in registry or Path(registry).exists())
-        else None
-    )
+    reg = open_registry(registry) if _registry_there(registry) else None
     try:
         tools = environment_tools(env) if env else None
         where = EpisodeFilter(
             tags=tag or [], since=None if hours is None else time.time() - hours * 3600
         )
+        from rich.progress import (
+            BarColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
         with Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),
@@ -199,3 +217,42 @@ def _monitor(
     worst = min((FAIL_LEVELS.index(f.severity) for f in report.findings), default=len(FAIL_LEVELS))
     if worst <= FAIL_LEVELS.index(fail_on) and fail_on != "never":
         raise typer.Exit(1)
+
+
+def _registry_there(registry: str) -> bool:
+    return bool(registry) and ("://" in registry or Path(registry).exists())
+
+
+def _check_datasets(datasets: list[Path], registry: str) -> None:
+    """Every ``--datasets`` path holds a dataset manifest, and there is a registry to check
+    them against (without either the stale-data check cannot run: say so, do not skip)."""
+    if not datasets:
+        return
+    from evoharness.evolve.monitor.checks import load_manifests
+
+    for path in datasets:
+        if not load_manifests([path]):
+            where = "is not a dataset manifest" if path.is_file() else "holds no dataset manifest"
+            raise ConfigError(
+                f"--datasets {path} {where} (manifest.json, written with each training "
+                "dataset); pass the folder the weights layer wrote its datasets to",
+                field="datasets",
+            )
+    if not _registry_there(registry):
+        raise ConfigError(
+            f"--datasets needs the registry the adapters are in; no registry at {registry} "
+            "(pass --registry)",
+            field="datasets",
+        )
+
+
+def _is_network_error(exc: BaseException) -> bool:
+    """A timeout or connection failure talking to a server (httpx's, or the SDK's wrapper)."""
+    import httpx
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, httpx.TransportError | TimeoutError | ConnectionError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

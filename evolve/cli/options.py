@@ -23,6 +23,7 @@ __all__ = [
     "SessionOption",
     "StateOption",
     "TemperatureOption",
+    "VerboseOption",
     "VotesOption",
 ]
 
@@ -66,4 +67,10 @@ TemperatureOption = Annotated[
 ]
 RejudgeOption = Annotated[
     bool, typer.Option("--rejudge", help="Judge again even what is judged and unchanged")
+]
+VerboseOption = Annotated[
+    bool,
+    typer.Option(
+        "--verbose", help="Print every judge failure (else three) and any error's traceback"
+    ),
 ]

@@ -15,6 +15,7 @@ text or not a database), 1 for work that failed (a
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from collections.abc import Sequence
 
@@ -79,14 +80,36 @@ def error_line(exc: BaseException, argv: Sequence[str]) -> str:
         where = getattr(exc, "path", None)
         if isinstance(where, str | os.PathLike) and os.fspath(where) not in line:
             line = _blame(os.fspath(where), argv) + line
+        field = getattr(exc, "field", None)
+        flag = f"--{field.replace('_', '-')}" if isinstance(field, str) else None
+        if flag and flag not in line and _passed(flag, argv):
+            line = f"{flag}: {line}"
         kind, artifact = getattr(exc, "kind", None), getattr(exc, "name", None)
         if isinstance(exc, KeyError) and isinstance(kind, str) and isinstance(artifact, str):
-            line += f"; see what there is: evoharness registry versions {kind} {artifact}"
+            line = _with_commands(line, kind, artifact, getattr(exc, "label", None))
     if len(line) > MAX_CHARS:
         line = line[: MAX_CHARS - 1] + "…"
     if not isinstance(exc, EvoharnessError):  # not ours: the traceback may be worth seeing
         line += " (--verbose shows the traceback)"
     return line
+
+
+def _passed(flag: str, argv: Sequence[str]) -> bool:
+    return any(arg == flag or arg.startswith(f"{flag}=") for arg in argv)
+
+
+def _with_commands(line: str, kind: str, name: str, label: object) -> str:
+    """A registry look-up that found nothing, with the library's hints (Python calls such
+    as ``registry.promote(...)``) replaced by the commands that do the same."""
+    kept = [part for part in line.split("; ") if not re.search(r"\bregistry\.\w+\(", part)]
+    if isinstance(label, str):
+        hint = (
+            f"point it at a version: evoharness registry promote {kind} {name} VERSION "
+            f"--label {label or 'LABEL'} (history: evoharness registry events {kind} {name})"
+        )
+    else:
+        hint = f"see what there is: evoharness registry versions {kind} {name}"
+    return "; ".join([*kept, hint])
 
 
 def _blame(path: str, argv: Sequence[str]) -> str:

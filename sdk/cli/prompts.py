@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -36,6 +36,7 @@ from evoharness.sdk.cli.options import (
 from evoharness.sdk.cli.stores import trace_store
 
 if TYPE_CHECKING:  # imported where they run: --help and argument errors need none of them
+    from evoharness.harness.tracing import TraceStore
     from evoharness.sdk.prompts import PromptStore, PromptTemplate
     from evoharness.sdk.registry import Registry
 
@@ -94,12 +95,13 @@ def _list(reg: Registry, store: PromptStore) -> None:
 @app.command("show")
 def show(
     name: str,
-    version: Annotated[int | None, typer.Option("--version", "-v")] = None,
+    version: Annotated[int | None, typer.Option("--version", "-v", min=1)] = None,
     label: Annotated[str | None, typer.Option(help="Label instead of a version.")] = None,
     registry: RegistryOption = REGISTRY,
     langfuse: PromptsInLangfuseOption = False,
 ) -> None:
     """One version: metadata, sections (kind, static/dynamic, protected) and variables."""
+    registry_cli.label_given(label)
     with _open(registry, langfuse) as (_, store):
         v = store.get(name, version, label=label)
     console.print(
@@ -122,8 +124,8 @@ def show(
 @app.command("diff")
 def diff(
     name: str,
-    a: int,
-    b: int,
+    a: Annotated[int, typer.Argument(min=1, help="From version")],
+    b: Annotated[int, typer.Argument(min=1, help="To version")],
     registry: RegistryOption = REGISTRY,
     langfuse: PromptsInLangfuseOption = False,
 ) -> None:
@@ -178,7 +180,7 @@ def create(
     semver: Annotated[str | None, typer.Option(help="Default: bumped from the parent.")] = None,
     changelog: Annotated[str, typer.Option("--changelog", "-m")] = "",
     author: Annotated[str, typer.Option()] = USER,
-    parent: Annotated[int | None, typer.Option(help="Default: the latest version.")] = None,
+    parent: Annotated[int | None, typer.Option(min=1, help="Default: the latest version.")] = None,
     allow_protected: Annotated[
         bool, typer.Option(help="Allow changing protected sections of the parent.")
     ] = False,
@@ -187,6 +189,13 @@ def create(
     langfuse: PromptsInLangfuseOption = False,
 ) -> None:
     """Publish a new version (a draft unless --activate)."""
+    if semver is not None:
+        from evoharness.sdk.prompts.template import check_semver
+
+        try:
+            check_semver(semver)
+        except ConfigError as exc:
+            raise ConfigError(f"--semver: {exc}", field="semver") from exc
     template = _template(file)  # a bad file is refused before the registry is opened
     with _open(registry, langfuse) as (_, store):
         v = store.create(
@@ -206,7 +215,7 @@ def create(
 @app.command("rollout")
 def rollout(
     name: str,
-    version: int,
+    version: Annotated[int, typer.Argument(min=1, help="The candidate version")],
     stages: StagesOption = "0.1,0.3,1.0",
     min_dwell_s: MinDwellOption = 3600.0,
     tolerance: ToleranceOption = None,
@@ -254,11 +263,15 @@ def status(
     langfuse: PromptsInLangfuseOption = False,
 ) -> None:
     """The rollout's state and recent decisions; with --db, the engine's decision now."""
-    with _open(registry, langfuse) as (reg, store):
-        _status(reg, store, name, db=db, apply=apply)
+    with ExitStack() as stack:  # a bad --db is refused whether or not a rollout runs
+        traces = stack.enter_context(closing(trace_store(db))) if db is not None else None
+        reg, store = stack.enter_context(_open(registry, langfuse))
+        _status(reg, store, name, traces=traces, apply=apply)
 
 
-def _status(reg: Registry, store: PromptStore, name: str, *, db: Path | None, apply: bool) -> None:
+def _status(
+    reg: Registry, store: PromptStore, name: str, *, traces: TraceStore | None, apply: bool
+) -> None:
     from evoharness.sdk.prompts import ACTIVE
     from evoharness.sdk.rollout import RolloutController
     from evoharness.sdk.rollout.traces import outcomes_from_store
@@ -280,13 +293,9 @@ def _status(reg: Registry, store: PromptStore, name: str, *, db: Path | None, ap
     )
     for d in ctl.decisions(exp.id)[-5:]:
         console.print(f"  {d.action:<8} {d.reason}", markup=False)
-    if db is None or not exp.running:
+    if traces is None or not exp.running:
         return
-    traces = trace_store(db)
-    try:
-        outcomes = outcomes_from_store(traces, exp)
-    finally:
-        traces.close()
+    outcomes = outcomes_from_store(traces, exp)
     if apply:
         d = ctl.evaluate(name, outcomes)
     else:

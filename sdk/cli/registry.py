@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # imported where they run: --help and argument errors need no
     from evoharness.sdk.prompts.store import PromptStore
     from evoharness.sdk.registry import Registry
 
-__all__ = ["app", "for_kind", "promote", "prompt_store", "rollback"]
+__all__ = ["app", "for_kind", "label_given", "promote", "prompt_store", "rollback"]
 
 app = typer.Typer(
     help="Inspect artifact versions and move labels: list, versions, show, diff, promote, "
@@ -52,7 +52,9 @@ KindArg = Annotated[str, typer.Argument(help="guard_rules, memory, prompt, adapt
 NameArg = Annotated[str, typer.Argument(help="The artifact's name")]
 VersionArg = Annotated[
     int | None,
-    typer.Argument(help="The version to serve (a prompt in a rollout: default its candidate)"),
+    typer.Argument(
+        min=1, help="The version to serve (a prompt in a rollout: default its candidate)"
+    ),
 ]
 
 
@@ -68,6 +70,13 @@ def _open(url: str) -> Iterator[Registry]:
 
     with open_registry(url) as reg:
         yield reg
+
+
+def label_given(label: str | None) -> str | None:
+    """``--label`` as given; an empty one is refused (it names no label)."""
+    if label is not None and not label.strip():
+        raise ConfigError("--label is empty; name a label (active, candidate, ...)", field="label")
+    return label
 
 
 def _when(at: float) -> str:
@@ -113,11 +122,12 @@ def versions(kind: KindArg, name: NameArg, registry: RegistryOption = REGISTRY) 
 def show(
     kind: KindArg,
     name: NameArg,
-    version: Annotated[int | None, typer.Argument(help="Default: the latest")] = None,
+    version: Annotated[int | None, typer.Argument(min=1, help="Default: the latest")] = None,
     label: Annotated[str | None, typer.Option(help="Show what this label serves")] = None,
     registry: RegistryOption = REGISTRY,
 ) -> None:
     """One version as JSON (content, metadata, author, parent)."""
+    label_given(label)
     with _open(registry) as reg:
         v = reg.get(kind, name, version, label=label)
         from evoharness.sdk.registry._sql import pretty_json
@@ -129,8 +139,8 @@ def show(
 def diff(
     kind: KindArg,
     name: NameArg,
-    a: Annotated[int, typer.Argument(help="From version")],
-    b: Annotated[int, typer.Argument(help="To version")],
+    a: Annotated[int, typer.Argument(min=1, help="From version")],
+    b: Annotated[int, typer.Argument(min=1, help="To version")],
     registry: RegistryOption = REGISTRY,
 ) -> None:
     """A unified diff of two versions' content."""
@@ -172,6 +182,7 @@ def _move(
     langfuse: bool,
 ) -> None:
     """Move ``label`` and print where it points now; the one body of promote and rollback."""
+    label_given(label)
     from evoharness.sdk.prompts.store import KIND as PROMPT
     from evoharness.sdk.rollout import RolloutController
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
+from evoharness.harness.errors import ConfigError
 from evoharness.sdk.cli.console import console, progress_bar
 from evoharness.sdk.cli.options import (
     TRACE_DB,
@@ -104,7 +105,10 @@ def execute_run(
         options["context"] = True
     with console.status(f"loading environment {env_name}"):  # imports take seconds
         env = load_environment(env_name, **options)
-        tasks = list(env.tasks(split))[:limit] if limit else list(env.tasks(split))
+        try:
+            tasks = list(env.tasks(split))[:limit] if limit else list(env.tasks(split))
+        except ConfigError as exc:  # the environment's own words: say which option it was
+            raise ConfigError(f"--split {split!r}: {exc}", field="split") from exc
         factory = model_factory(
             model,
             env,

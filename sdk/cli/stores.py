@@ -17,7 +17,7 @@ from evoharness.harness.errors import ConfigError
 if TYPE_CHECKING:
     from evoharness.harness.tracing import TraceStore
 
-__all__ = ["opened", "trace_store"]
+__all__ = ["SQLITE_HEADER", "opened", "sqlite_file", "trace_store"]
 
 T = TypeVar("T")
 
@@ -46,3 +46,26 @@ def trace_store(db: Path, *, option: str = "--db") -> TraceStore:
             f"no trace store at {db}; run `evoharness run` first or pass {option}", field=option
         )
     return opened(option, db, TraceStore)
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def sqlite_file(option: str, path: Path | None) -> Path | None:
+    """``path`` checked without opening it: a folder, or a file that is not SQLite, is a
+    ConfigError naming ``option`` (no file or an empty one is fine: a store starts there).
+
+    For stores a command opens later, or only on some paths: the check comes first."""
+    if path is None or not path.exists():
+        return path
+    if path.is_dir():
+        raise ConfigError(f"{option} {path} is a folder; pass a SQLite file", field=option)
+    with path.open("rb") as f:
+        head = f.read(len(SQLITE_HEADER))
+    if head and head != SQLITE_HEADER:
+        raise ConfigError(
+            f"{option} {path} is not a SQLite database; pass the right file or move this one "
+            "away (a new one is created where none exists)",
+            field=option,
+        )
+    return path

@@ -65,6 +65,7 @@ from evoharness.sdk.session import (
     PIN_KEY,
     ArtifactSource,
     GuardRulesSource,
+    LoadsAdapters,
     MemorySource,
     PinnedPromptMiddleware,
     PromptSource,
@@ -276,6 +277,7 @@ class EvoAgent:
             "experiment_id": pin.experiment_id,
             "adapter_version": adapter.detail.get("served") if adapter else None,
             "artifacts": pin.artifacts,
+            "rollouts": pin.rollouts,  # every running rollout the session is an arm of
         }
         for resolved in pin.resolved.values():  # e.g. a prompt's semver
             info.metadata.update((k, v) for k, v in resolved.detail.items() if k != "served")
@@ -549,10 +551,11 @@ def _sources(
     prompt_variables: Mapping[str, Any] | None,
     memory: str | MemorySource | None,
     guard_rules: str | None,
-    adapter: str | Callable[[str | None], str | None] | None,
+    adapter: str | Callable[[str | None], str | None] | RegistryAdapterSource | None,
     artifacts: Sequence[ArtifactSource],
     skills: str | SkillsSource | None = None,
     tracer: Tracer | None = None,
+    serving: LoadsAdapters | None = None,
 ) -> list[ArtifactSource]:
     """The door's sources for ``create_evo_agent``'s arguments, prompt first (it sets the
     system message the others add to)."""
@@ -567,30 +570,33 @@ def _sources(
         return registry
 
     sources: list[ArtifactSource] = []
+    if prompt is not None and prompts is None:
+        prompts = RegistryPromptStore(
+            needs_registry(f"prompt={prompt!r}", "or prompts=... (a prompt store)")
+        )
+    if rollout is None and registry is not None:  # every kind's rollouts, one controller
+        rollout = RolloutController(registry, prompts)
     if prompt is not None:
-        if prompts is None:
-            prompts = RegistryPromptStore(
-                needs_registry(f"prompt={prompt!r}", "or prompts=... (a prompt store)")
-            )
-        if rollout is None and registry is not None:
-            rollout = RolloutController(registry, prompts)
+        assert prompts is not None
         sources.append(PromptSource(prompt, prompts, rollout=rollout, variables=prompt_variables))
     if isinstance(memory, str):
         reg = needs_registry(f"memory={memory!r}", "or memory=MemorySource(registry, name)")
-        sources.append(MemorySource(reg, memory))
+        sources.append(MemorySource(reg, memory, rollout=rollout))
     elif memory is not None:
         sources.append(memory)
     if isinstance(skills, str):
         reg = needs_registry(f"skills={skills!r}", "or skills=SkillsSource(registry, name)")
-        sources.append(SkillsSource(reg, skills, tracer=tracer))
+        sources.append(SkillsSource(reg, skills, tracer=tracer, rollout=rollout))
     elif skills is not None:
         sources.append(skills)
     if guard_rules is not None:
         reg = needs_registry(f"guard_rules={guard_rules!r}", "where evolve publishes rules")
-        sources.append(GuardRulesSource(reg, guard_rules))
+        sources.append(GuardRulesSource(reg, guard_rules, rollout=rollout))
     if isinstance(adapter, str):
         reg = needs_registry(f"adapter={adapter!r}", "where evolve publishes adapters")
-        sources.append(RegistryAdapterSource(reg, adapter))
+        sources.append(RegistryAdapterSource(reg, adapter, rollout=rollout, serving=serving))
+    elif isinstance(adapter, RegistryAdapterSource):
+        sources.append(adapter)
     elif adapter is not None:
         sources.append(RouterAdapterSource(adapter))
     return [*sources, *artifacts]
@@ -623,7 +629,8 @@ def create_evo_agent(
     memory: str | MemorySource | None = None,
     skills: str | SkillsSource | None = None,
     guard_rules: str | None = None,
-    adapter: str | Callable[[str | None], str | None] | None = None,
+    adapter: str | Callable[[str | None], str | None] | RegistryAdapterSource | None = None,
+    serving: LoadsAdapters | None = None,
     artifacts: Sequence[ArtifactSource] = (),
     middleware: Sequence[AgentMiddleware[Any, Any, Any]] = (),
     checkpointer: Checkpointer = None,
@@ -660,7 +667,13 @@ def create_evo_agent(
             active when the session started (beside the harness's own rules).
         adapter: An ``adapter`` artifact (the policy) served to every model call of the
             session under its immutable name, or a callable that picks the served name
-            per session (e.g. the serving layer's ``SessionRouter.version_for``).
+            per session (e.g. the serving layer's ``SessionRouter.version_for``), or a
+            :class:`~evoharness.sdk.session.RegistryAdapterSource` for its options. While a
+            version is rolled out, a session gets its arm (sticky by ``user_id``).
+        serving: Where an ``adapter`` version is loaded before sessions are routed to it:
+            the CPU pool (``AdapterPool``) or the vLLM manager (``VLLMAdapterManager``,
+            every replica). With it, activating a version in the registry is the one step:
+            the next session loads it, then is served by it.
         artifacts: Sources of any other kind (:class:`~evoharness.sdk.session.ArtifactSource`).
         middleware: The harness (e.g. ``default_middleware(...)``) and any other middleware.
         checkpointer: LangGraph checkpointer (threads survive across turns).
@@ -688,6 +701,7 @@ def create_evo_agent(
         artifacts=artifacts,
         skills=skills,
         tracer=tracer,
+        serving=serving,
     )
     _refuse_two_memory_doors(middleware, sources)
     door = SessionDoor(sources, max_sessions=max_sessions)

@@ -413,7 +413,8 @@ class RolloutController:
                 if last is not None
                 else f"{rollout_name(kind, prompt)}-manual",
                 action="rollback",
-                reason=f"manual: {reason} (restored v{restored})",
+                reason=f"manual: {reason} (restored "
+                + (f"v{restored})" if restored is not None else "nothing: none was earlier)"),
                 at=self.clock(),
                 actor=actor,
             )

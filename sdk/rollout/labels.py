@@ -66,15 +66,21 @@ class RegistryLabels:
         """Make ``version`` active (audited; the previous one is remembered for rollback)."""
         self.registry.promote(self.kind, name, version, actor=actor, reason=reason)
 
-    def rollback(self, name: str, *, actor: str = "evoharness", reason: str = "") -> int:
-        """Restore the version active before the last promote; returns it.
+    def rollback(self, name: str, *, actor: str = "evoharness", reason: str = "") -> int | None:
+        """Restore the version active before the last promote; returns it. When the active
+        version is the first one ever active, the label is removed instead: nothing is
+        served (no memory, no learned rules, the base model), and ``None`` is returned.
 
         Raises:
-            RegistryError: Nothing to roll back to.
+            ArtifactNotFound: Nothing is active.
         """
-        event = self.registry.rollback(self.kind, name, actor=actor, reason=reason)
-        if event.version is None:  # pragma: no cover - the registry always names one
-            raise ArtifactNotFound(
-                f"{self.kind} {name!r}: rollback restored no version", kind=self.kind, name=name
+        try:
+            event = self.registry.rollback(self.kind, name, actor=actor, reason=reason)
+        except ArtifactNotFound:
+            if ACTIVE not in self.labels(name):
+                raise
+            self.registry.unlabel(
+                self.kind, name, ACTIVE, actor=actor, reason=f"{reason} (back to nothing)"
             )
+            return None
         return event.version

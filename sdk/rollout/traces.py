@@ -24,6 +24,22 @@ def _field(trace: Trace, name: str) -> Any:
     return value if value is not None else trace.metadata.get(name)
 
 
+def arm_of(trace: Trace, experiment_id: str) -> str | None:
+    """The arm of experiment ``experiment_id`` a traced session was in (``None``: not in it).
+
+    A session may be an arm of several rollouts at once (a prompt's and a memory
+    snapshot's): the trace's ``rollouts`` metadata maps each experiment to its arm; the
+    first-class ``experiment_id``/``rollout_arm`` fields name the first one (older traces
+    carry only those)."""
+    rollouts = trace.metadata.get("rollouts")
+    if isinstance(rollouts, dict) and experiment_id in rollouts:
+        return str(rollouts[experiment_id])
+    if _field(trace, "experiment_id") == experiment_id:
+        arm = _field(trace, "rollout_arm")
+        return str(arm) if arm is not None else None
+    return None
+
+
 def outcome_of_trace(
     store: TraceStore, trace: Trace, *, success_score: str = "total", judge: str | None = None
 ) -> Outcome | None:
@@ -69,10 +85,8 @@ def outcomes_from_store(
     }
     production = TraceQuery(since=experiment.started_at, without_tags=[OFFLINE_TAG])
     for trace in store.query(production):
-        if _field(trace, "experiment_id") != experiment.id or trace.status == "running":
-            continue
-        arm = _field(trace, "rollout_arm")
-        if arm not in out:
+        arm = arm_of(trace, experiment.id)
+        if arm not in out or trace.status == "running":
             continue
         outcome = outcome_of_trace(store, trace, success_score=success_score, judge=judge)
         if outcome is not None:

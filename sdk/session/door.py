@@ -183,6 +183,16 @@ class SessionPin:
             None,
         )
 
+    @property
+    def rollouts(self) -> dict[str, str]:
+        """``{experiment id: arm}`` of every artifact that came from a running rollout (a
+        session may be in a prompt's and a memory snapshot's rollout at once)."""
+        return {
+            r.experiment_id: r.arm
+            for r in self.resolved.values()
+            if r.experiment_id is not None and r.arm is not None
+        }
+
 
 def current_pin() -> SessionPin | None:
     """The pin of the session whose graph run calls this (``None`` outside an

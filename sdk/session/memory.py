@@ -24,6 +24,7 @@ from evoharness.sdk.memory.entries import MEMORY, Similarity, similarity
 from evoharness.sdk.memory.retriever import MemoryRetriever, SnapshotEntries, render_reference
 from evoharness.sdk.memory.store import snapshot_entries
 from evoharness.sdk.registry.base import Registry
+from evoharness.sdk.rollout.controller import RolloutController, assignment_for
 from evoharness.sdk.session.door import Resolved, SessionContext, current_pin
 
 __all__ = ["MemorySource", "PinnedMemoryMiddleware"]
@@ -54,6 +55,8 @@ class MemorySource:
         similar: Relevance function (e.g. an ``EmbeddingSimilarity``).
         min_relevance: Entries less relevant than this are never injected.
         keep: Snapshots kept indexed in memory (least recently used dropped first).
+        rollout: Consulted first: while a snapshot is rolled out, a session gets its arm
+            (sticky by user) and records it (``create_evo_agent`` passes its controller).
         case_key: The session's case pattern from its first request (and the trace
             metadata of its first run): pass the environment plugin's ``case_key`` that
             evolve learned with, or any ``(request) -> pattern``. With one, a session is
@@ -79,6 +82,7 @@ class MemorySource:
         min_relevance: float = 0.05,
         keep: int = 4,
         case_key: CaseKey | None = None,
+        rollout: RolloutController | None = None,
     ) -> None:
         if not 1 <= k <= 3:
             raise ValueError("k must be between 1 and 3")
@@ -96,6 +100,7 @@ class MemorySource:
         self.min_relevance = min_relevance
         self.keep = keep
         self.case_key = case_key
+        self.rollout = rollout
         self._with_metadata = case_key is not None and _two_args(case_key)
         self._retrievers: OrderedDict[int, MemoryRetriever] = OrderedDict()
         self._lock = threading.Lock()
@@ -133,11 +138,22 @@ class MemorySource:
         return str(self.case_key(request))  # type: ignore[call-arg]
 
     def resolve(self, context: SessionContext) -> Resolved:
-        """The snapshot ``label`` points at (nothing before the first one is published)."""
-        version = self.registry.labels(MEMORY, self.name).get(self.label)
+        """The session's arm of the snapshot's running rollout (sticky by user), else the
+        snapshot ``label`` points at (nothing before the first one is published)."""
+        got = assignment_for(
+            self.rollout, self.registry, MEMORY, self.name, context.unit, label=self.label
+        )
+        version, via = got.version, (got.arm, got.experiment_id)
         if version is None:
-            return Resolved(MEMORY, self.name)
-        return Resolved(MEMORY, self.name, version=str(version), value=self.retriever(version))
+            return Resolved(MEMORY, self.name, arm=via[0], experiment_id=via[1])
+        return Resolved(
+            MEMORY,
+            self.name,
+            version=str(version),
+            value=self.retriever(version),
+            arm=via[0],
+            experiment_id=via[1],
+        )
 
     def middleware(self) -> AgentMiddleware[Any, Any, Any]:
         """Injects the pinned snapshot's relevant entries once per session."""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from evoharness.evolve.environment import EvolveEnvironment
 from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
 from evoharness.evolve.guard import diff_summary, propose_guard_rules
 from evoharness.evolve.judging.jobs import Grader, JudgeReport, judge_episodes
@@ -16,11 +18,18 @@ from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.memory.curation import Proposer
 from evoharness.evolve.memory.reducer import apply_feedback, reduce_ops
 from evoharness.evolve.monitor.findings import is_internal
-from evoharness.evolve.routing.layers import LayerRouting, summarize_decisions
+from evoharness.evolve.promotion import (
+    Promotion,
+    PromotionResult,
+    artifact_evaluator,
+    promote_candidate,
+)
+from evoharness.evolve.routing.layers import LayerDecision, LayerRouting, summarize_decisions
 from evoharness.evolve.routing.pools import RouteConfig, route_all
 from evoharness.harness.tracing import TraceStore
-from evoharness.sdk.memory import MemoryStore
-from evoharness.sdk.registry import GuardRuleVersions
+from evoharness.sdk.memory import MEMORY, MemoryStore
+from evoharness.sdk.registry import GuardRuleVersions, Registry
+from evoharness.sdk.registry.guard_rules import GUARD_RULES
 
 
 class CycleReport(BaseModel):
@@ -49,6 +58,14 @@ class CycleReport(BaseModel):
     guard_diff: str | None = None
     layers: dict[str, int] = Field(default_factory=dict)
     """Cheapest-layer decisions per action (with ``layers``; recorded in the registry)."""
+    decisions: list[LayerDecision] = Field(default_factory=list)
+    """The decisions themselves (with ``layers``): ``prompt_proposal`` clusters are what
+    ``prompt-evolve propose`` works on, ``training_dataset`` clusters what ``weights
+    dataset`` selects, ``ops`` decisions what the monitor reports."""
+    memory_promotion: PromotionResult | None = None
+    """What happened to the new memory snapshot (with ``promotion``)."""
+    guard_promotion: PromotionResult | None = None
+    """What happened to the new guard-rule version (with ``promotion``)."""
     seconds: float = 0.0
 
 
@@ -71,6 +88,8 @@ async def run_cycle(
     owns: Callable[[Episode], bool] | None = None,
     since_last: str | None = None,
     layers: LayerRouting | None = None,
+    promotion: Promotion | None = None,
+    replay_env: EvolveEnvironment | None = None,
 ) -> CycleReport:
     """Run one cycle over the episodes ``where`` selects (idempotent and resumable).
 
@@ -80,8 +99,16 @@ async def run_cycle(
     e.g. ``"cycle"``) and a source that has cursors, only traces written since the last
     completed cycle of that name are read; the cursor moves only when the cycle finished,
     so a killed cycle is read again (judging skips what it already did). With ``layers``,
-    every failure cluster gets a cheapest-layer decision (:mod:`evoharness.evolve.routing.layers`).
-    Traces evoharness writes about itself (monitor runs) are never read as episodes.
+    every failure cluster gets a cheapest-layer decision (:mod:`evoharness.evolve.routing.layers`),
+    returned in the report. Traces evoharness writes about itself (monitor runs) are never
+    read as episodes.
+
+    With ``promotion`` a new memory snapshot and a new guard-rule version are published as
+    candidates and proven before they go live (:func:`~evoharness.evolve.promotion.
+    promote_candidate`: a paired offline evaluation on ``replay_env``'s frozen splits when it
+    can replay tasks, then a staged rollout; the rollout alone when it cannot). Without it
+    (the library's default, which benchmarks and the demo rely on) they are activated at
+    once; ``evoharness evolve cycle`` proves them unless told ``--activate``.
     """
     started = time.time()
     now = now or started
@@ -122,7 +149,8 @@ async def run_cycle(
         if e.skill_ids and e.trace_id in verdicts
     ]
     entries = apply_feedback(entries, used, now=now)
-    version = memory.replace(entries, note=f"cycle over {len(episodes)} episodes")
+    direct = promotion is None or promotion.activate
+    version = memory.replace(entries, note=f"cycle over {len(episodes)} episodes", activate=direct)
     live = [e for e in entries.values() if not e.retired]
     report = CycleReport(
         episodes=len(episodes),
@@ -139,6 +167,10 @@ async def run_cycle(
         lessons=sum(e.kind == "lesson" for e in live),
         added=sorted(set(entries) - set(before)),
     )
+    if promotion is not None:
+        report.memory_promotion = await asyncio.to_thread(  # replays run their own loop
+            _promote, memory.registry, MEMORY, memory.name, version, promotion, replay_env
+        )
     if guard_rules is not None:
         current = guard_rules.load()
         guard_pkgs = state.pool("guard", batch)
@@ -147,9 +179,15 @@ async def run_cycle(
             published = guard_rules.publish(
                 current.model_copy(update={"rules": (*current.rules, *new_rules)}),
                 reason=f"evolve cycle: {len(new_rules)} rule(s) from {len(guard_pkgs)} P0 case(s)",
+                activate=direct,
             )
             report.guard_version = published.version
             report.guard_diff = diff_summary(current, published)
+            if promotion is not None:
+                report.guard_promotion = await asyncio.to_thread(
+                    _promote, guard_rules.registry, GUARD_RULES, guard_rules.name,
+                    published.version, promotion, replay_env,
+                )  # fmt: skip
         else:
             report.guard_version = current.version
     if layers is not None:
@@ -161,12 +199,28 @@ async def run_cycle(
             episodes=episodes,
         )
         report.layers = summarize_decisions(decisions)
+        report.decisions = decisions
     report.seconds = round(time.time() - started, 3)
     if since_last is not None and upto is not None and judged.failed == 0:
         # with judge failures the cursor stays: the next cycle reads them again
         state.save_cursor(since_last, upto)
     state.record_cycle(started, report.model_dump(mode="json"))
     return report
+
+
+def _promote(
+    registry: Registry,
+    kind: str,
+    name: str,
+    version: int,
+    policy: Promotion,
+    env: EvolveEnvironment | None,
+) -> PromotionResult:
+    """The promotion rule for a candidate the cycle just published."""
+    evaluate = None
+    if env is not None and policy.gate is not None and not policy.activate:
+        evaluate = artifact_evaluator(env, registry, kind, name, gate=policy.gate)
+    return promote_candidate(registry, kind, name, version, policy=policy, evaluate=evaluate)
 
 
 def summarize(report: CycleReport) -> dict[str, Any]:
@@ -185,5 +239,7 @@ def summarize(report: CycleReport) -> dict[str, Any]:
         "lessons": report.lessons,
         "memory_version": report.memory_version,
         "guard_version": report.guard_version,
+        **({"memory_promotion": report.memory_promotion.status} if report.memory_promotion else {}),
+        **({"guard_promotion": report.guard_promotion.status} if report.guard_promotion else {}),
         **{f"layer_{k}": v for k, v in report.layers.items()},
     }

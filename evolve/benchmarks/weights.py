@@ -18,9 +18,12 @@ reference solved is known to be solvable. The model's own results never choose t
    assistant turns) than the longest reference run of the val subset, DPO pairs from
    good/bad runs of the same task at their first divergent assistant turn.
 3. base: the plain model. sft: LoRA SFT. rl: DPO on top of the SFT adapter.
-4. Adapter versions are published to a registry, gated offline (SFT beats the base model,
-   DPO the SFT adapter, on val with no P0 regression) and SFT is activated when it passes; the
-   serving pool hot-swaps them.
+4. Adapter versions are published to a registry and gated offline by the paired gate (exact
+   McNemar: SFT against the base model, DPO against the SFT adapter, on the val subset; zero
+   new P0 on a separate guard subset of train tasks the datasets never saw; the numbers of a
+   test subset reported, never decided on); SFT is activated when it passes; the serving
+   pool hot-swaps them. On a subset this small the gate passes only with five or more
+   paired wins and no loss.
 
 Steps 2-4 are the product's weights layer
 (:func:`~evoharness.evolve.weights.pipeline.run_weights_layer`); the bench supplies the traces,
@@ -152,13 +155,16 @@ def simulate_goodcases(
     store.flush(30)
 
 
-def fixed_subset(env: Environment, split: str, n: int) -> tuple[list[TaskSpec], dict[str, int]]:
-    """The ``n`` tasks of ``split`` the SIMULATED reference policy (seed 0, untraced) solved
-    with the fewest tool calls, ties by task id; plus each chosen task's reference length.
+def fixed_subset(
+    env: Environment, split: str, n: int, *, skip: set[str] | None = None
+) -> tuple[list[TaskSpec], dict[str, int]]:
+    """The ``n`` tasks of ``split`` (but ``skip``) the SIMULATED reference policy (seed 0,
+    untraced) solved with the fewest tool calls, ties by task id; plus each chosen task's
+    reference length.
 
     Decided before any model runs, so the evaluated model never picks its own tasks.
     """
-    tasks = list(env.tasks(split))
+    tasks = [t for t in env.tasks(split) if t.task_id not in (skip or set())]
     reference = _simulate(env, tasks, None, [])
     solved = sorted((r.tool_calls, r.task_id) for r in reference if r.success)
     chosen = {task_id: calls for calls, task_id in solved[:n]}
@@ -292,6 +298,8 @@ def task_table(reference: dict[str, int], evals: dict[str, list[TaskRow]]) -> li
 def run(
     *,
     val_tasks: int = 6,
+    guard_tasks: int = 3,
+    test_tasks: int = 3,
     train_tasks: int | None = None,
     sft_steps: int = 32,
     dpo_steps: int = 4,
@@ -308,10 +316,13 @@ def run(
 ) -> dict[str, float]:
     """Run the benchmark and print the comparison; the last line is machine-readable.
 
-    The chain dataset -> train -> gate -> publish is the product's
-    (:func:`~evoharness.evolve.weights.pipeline.run_weights_layer`); the bench adds the
-    task subset, the traces it learns from, the evaluation on that subset (which is both
-    the gate's val and guard split), the per-task table and the throughput comparison.
+    The chain dataset -> train -> publish -> gate -> activate is the product's
+    (:func:`~evoharness.evolve.weights.pipeline.run_weights_layer`, the same stages as
+    ``evoharness weights``); the bench adds the task subsets, the traces it learns from, the
+    evaluation on them (the gate decides on the val subset, checks P0 on a guard subset of
+    train tasks the simulated traces do not cover, and reports a test subset), the per-task
+    table and the throughput comparison. A rerun in the same work directory reuses the
+    dataset, the training runs and the versions, and gates again.
     """
     quiet_threads(2)
     _quiet_libraries()
@@ -321,6 +332,9 @@ def run(
     try:
         env = load_environment(env_name, faults="none")
         val, reference = fixed_subset(env, "val", val_tasks)
+        learned = {t.task_id for t in list(env.tasks("train"))[:train_tasks]}
+        guard, _ = fixed_subset(env, "train", guard_tasks, skip=learned)
+        test, _ = fixed_subset(env, "test", test_tasks)
         echo(
             f"weights bench in {work}: {len(val)} val tasks (the simulated reference's "
             f"shortest solved runs: {min(reference.values())}-{max(reference.values())} tool "
@@ -340,22 +354,19 @@ def run(
         solved: dict[str, float] = {}
 
         def evaluate(candidate: Candidate) -> Evaluation:
-            """Run the val subset with the candidate, served from the pool (hot-loaded)."""
+            """Run the subsets with the candidate, served from the pool (hot-loaded)."""
             label = {"baseline": "base", "sft": "sft", "dpo": "rl"}[candidate.stage]
             name, adapter = candidate.served_name, candidate.adapter_dir
             if name is not None and adapter is not None:
                 pool.load(name, adapter)
             started = time.perf_counter()
-            results, evals[label], stats[label] = _evaluate(
-                env,
-                val,
-                pool,
-                name or BASE,
-                max_calls=max_calls,
-                max_new_tokens=max_new_tokens,
-                store=store,
-                echo=echo,
-            )
+            run: dict[str, Any] = {
+                "max_calls": max_calls, "max_new_tokens": max_new_tokens, "store": store,
+                "echo": echo,
+            }  # fmt: skip
+            results, evals[label], stats[label] = _evaluate(env, val, pool, name or BASE, **run)
+            guarded = _evaluate(env, guard, pool, name or BASE, **run)[0] if guard else []
+            reported = _evaluate(env, test, pool, name or BASE, **run)[0] if test else []
             ok = sum(r.success for r in results)
             solved[label] = ok / len(val)
             calls = f"valid tool calls {stats[label].valid}/{stats[label].replies}"
@@ -367,7 +378,11 @@ def run(
                     "rl": f"  rl ({name}, DPO on SFT): {ok}/{len(val)} solved, {calls}",
                 }[label]
             )
-            return Evaluation.of(_eval_result(results))
+            return Evaluation(
+                val=_eval_result(results),
+                guard=_eval_result(guarded),
+                report=_eval_result(reported) if reported else None,
+            )
 
         model: dict[str, Any] = {"base_model": SMOLLM2, "max_length": max_length, "bf16": True}
         config = WeightsLayerConfig(
@@ -385,6 +400,7 @@ def run(
             # DPO pairs whose shared history is short (CPU budget: DPO runs 3 forward passes)
             max_dpo_prompt_chars=max_dpo_prompt_chars,
             baseline="base",  # the bench measures SFT against the plain model, every rerun
+            min_tasks=len(val),  # the whole (small) subset; five paired wins pass it
         )
         registry = open_registry(work / "registry.db")
         try:
@@ -396,6 +412,7 @@ def run(
                 evaluate=evaluate,
                 tools=tool_schemas(env.tools_for(val[0])),
                 log=echo,
+                redo=("gate",),  # a rerun measures again (the rest is reused)
             )
         finally:
             registry.close()

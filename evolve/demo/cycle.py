@@ -21,6 +21,7 @@ from evoharness.evolve.environment import (
 from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
 from evoharness.evolve.judging.jobs import judge_episodes
 from evoharness.evolve.judging.state import EvolveState
+from evoharness.evolve.promotion import Promotion
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import Environment
 from evoharness.sdk.memory import MemoryEntry, MemoryStore
@@ -106,7 +107,11 @@ def run_demo(
     run(world, train, True, ["train"])
     store.flush(60)
     if on_phase is not None:
-        on_phase("evolve cycle over the train traces: judge, route, curate")
+        on_phase(
+            "evolve cycle over the train traces: judge, route, curate; the demo activates "
+            "the new memory and guard rules directly (an explicit opt-in: `evoharness evolve "
+            "cycle` proves them first, a paired replay then a staged rollout)"
+        )
     cycle = asyncio.run(
         run_cycle(
             LocalTraceSource(store),
@@ -119,6 +124,7 @@ def run_demo(
             guard_rules=guard_rules,
             scores_to=store,
             concurrency=concurrency,
+            promotion=Promotion(activate=True),  # the table measures the next split at once
         )
     )
     results.append(("harnessed + learned", run(world, val, True, ["val", "after"])))

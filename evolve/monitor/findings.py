@@ -29,7 +29,11 @@ MONITOR_TAG = "evoharness.monitor"
 """Tag (and trace name) of a monitor run."""
 MONITOR_TRACE = "evoharness.monitor"
 
-Check = Literal["quality_drift", "tool_decay", "stale_preference_data", "context_rot"]
+Check = Literal[
+    "quality_drift", "tool_decay", "stale_preference_data", "context_rot", "ops_decision"
+]
+"""``ops_decision``: the last evolve cycle decided that a failure cluster is the tool owners'
+to fix (cheapest-layer routing's ``ops`` action), carried into every monitor run."""
 Layer = Literal["memory", "guard", "prompt", "weights", "ops"]
 """Who should act: a memory entry, a guard rule, a prompt proposal, a training run, or the
 harness configuration / the people who operate the tools (``ops``)."""

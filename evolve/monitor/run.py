@@ -187,6 +187,7 @@ def run_monitor(
     tick("context rot", 4, steps)
     if registry is not None:
         findings += context_rot(prompt_texts(registry, prompts), registered_tools, known=seen)
+        findings += ops_decisions(registry)
     order = {"critical": 0, "warning": 1, "info": 2}
     findings.sort(key=lambda f: (order[f.severity], f.check, f.subject))
     report = MonitorReport(
@@ -202,6 +203,34 @@ def run_monitor(
         report.trace_id = record_to_store(record_to, report, started)
     report.seconds = round(time.time() - started, 3)
     return report
+
+
+def ops_decisions(registry: Registry, name: str = "default") -> list[Finding]:
+    """The ``ops`` actions of the last evolve cycle's cheapest-layer decisions
+    (``layer_decisions/<name>``), as findings: the clusters whose fix is the tool's owners'
+    or the breaker settings', not evolve's, so that whoever watches the monitor acts."""
+    try:
+        batch = registry.get("layer_decisions", name)
+    except KeyError:  # ArtifactNotFound: no cycle has decided yet
+        return []
+    return [
+        Finding(
+            check="ops_decision",
+            layer="ops",
+            severity="warning",
+            subject=f"cluster={d.get('cluster')}",
+            message=f"evolve cycle: {d.get('reason')}",
+            detail={
+                "findings": d.get("findings", []),
+                "cases": d.get("cases"),
+                "trace_ids": list(d.get("trace_ids", []))[:10],
+                "decisions_version": batch.version,
+            },
+            at=batch.created_at or time.time(),
+        )
+        for d in batch.content or []
+        if isinstance(d, dict) and d.get("action") == "ops"
+    ]
 
 
 def record_to_store(store: TraceStore, report: MonitorReport, started: float) -> str:

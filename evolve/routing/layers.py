@@ -423,6 +423,35 @@ def record_decisions(
     )
 
 
+def latest_decisions(registry: Registry, name: str = "default") -> list[LayerDecision]:
+    """The latest batch of decisions recorded under ``layer_decisions/<name>`` (empty when
+    no cycle has decided yet): what the prompt layer proposes on and the weights layer
+    trains on."""
+    try:
+        latest = registry.get(DECISIONS_KIND, name)
+    except KeyError:  # ArtifactNotFound: no batch yet
+        return []
+    return [LayerDecision.model_validate(d) for d in latest.content or []]
+
+
+def decided(decisions: Iterable[LayerDecision], action: Action) -> list[LayerDecision]:
+    """The decisions of one action (``prompt_proposal``, ``training_dataset``, ``ops``,
+    ``keep``, ...), in their order."""
+    return [d for d in decisions if d.action == action]
+
+
+def prompt_clusters(decisions: Iterable[LayerDecision]) -> set[tuple[str, str]]:
+    """``(item, pattern)`` of every cluster decided for the prompt layer (P2 items by their
+    plain id, as the prompt layer clusters them)."""
+    return {(d.item.removeprefix("p2:"), d.pattern) for d in decided(decisions, "prompt_proposal")}
+
+
+def fixed_clusters(decisions: Iterable[LayerDecision]) -> set[tuple[str, str]]:
+    """``(item, pattern)`` of every cluster memory already fixed or is still measuring
+    (``keep``): no other layer acts on them."""
+    return {(d.item.removeprefix("p2:"), d.pattern) for d in decided(decisions, "keep")}
+
+
 def decide_for_cycle(
     state: EvolveState,
     *,

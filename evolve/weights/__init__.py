@@ -3,9 +3,11 @@
 :func:`build_sft` / :func:`build_dpo` / :func:`build_grpo` turn episodes into gated, deduped,
 task-split datasets with a manifest (trace-id provenance); :func:`train` runs SFT, DPO or
 GRPO with TRL + PEFT in a resumable run directory; :func:`publish_adapter`,
-:func:`offline_gate`, :func:`apply_gate` and :func:`activate` make a trained adapter an
-immutable, gated registry version; :func:`run_weights_layer` chains them (dataset -> train
--> gate -> publish).
+:func:`offline_gate` (the paired gate), :func:`apply_gate` and :func:`activate` make a
+trained adapter an immutable, gated registry version; :class:`WeightsPipeline` runs them as
+resumable stages (dataset -> train -> publish -> gate -> activate; ``evoharness weights``),
+:func:`run_weights_layer` in one call; :func:`replay_evaluation` gates on any environment
+plugin's run side.
 
 Importing this package needs no training extra: torch, transformers, TRL and PEFT are
 imported when a run starts (``pip install 'evoharness[train]'``).
@@ -28,14 +30,19 @@ from evoharness.evolve.weights.datasets import (
     tool_schemas,
 )
 from evoharness.evolve.weights.pipeline import (
+    STAGES,
     Candidate,
     Evaluate,
     Evaluation,
+    Selection,
     StageReport,
     WeightsLayerConfig,
     WeightsLayerReport,
+    WeightsPipeline,
+    WeightsState,
     run_weights_layer,
 )
+from evoharness.evolve.weights.replay import AdapterServer, LocalAdapterServer, replay_evaluation
 from evoharness.evolve.weights.rows import DPORow, GRPOTask, SFTRow, chat_messages
 from evoharness.evolve.weights.training import TrainingError, TrainProgress, TrainResult, train
 from evoharness.evolve.weights.versions import (
@@ -54,6 +61,8 @@ from evoharness.evolve.weights.versions import (
 )
 
 __all__ = [
+    "STAGES",
+    "AdapterServer",
     "AdapterStatus",
     "Candidate",
     "DPORow",
@@ -68,8 +77,10 @@ __all__ = [
     "GateDecision",
     "Gates",
     "LoRASpec",
+    "LocalAdapterServer",
     "SFTRow",
     "SFTRunConfig",
+    "Selection",
     "StageReport",
     "TaskEval",
     "TrainConfig",
@@ -78,6 +89,8 @@ __all__ = [
     "TrainingError",
     "WeightsLayerConfig",
     "WeightsLayerReport",
+    "WeightsPipeline",
+    "WeightsState",
     "activate",
     "active_version",
     "apply_gate",
@@ -87,6 +100,7 @@ __all__ = [
     "chat_messages",
     "offline_gate",
     "publish_adapter",
+    "replay_evaluation",
     "rollback",
     "run_weights_layer",
     "served_name",

@@ -1,18 +1,35 @@
-"""The weights layer end to end: dataset -> train -> gate -> publish.
+"""The weights layer end to end, in resumable stages: dataset -> train -> publish -> gate ->
+activate.
 
-:func:`run_weights_layer` builds an SFT dataset (and, with a DPO stage, preference pairs)
-from the episodes of a :class:`~evoharness.evolve.episodes.traces.TraceSource`, measures the
-baseline, trains a LoRA adapter with SFT (optionally DPO on top of it) through
-:func:`~evoharness.evolve.weights.training.train`, publishes each adapter as an immutable
-registry version, evaluates it, and gates it against what it must beat: the SFT adapter
-against the baseline, the DPO adapter against the SFT adapter it started from. A stage that
-passes becomes a ``candidate`` (and ``active`` when the config says so); one that fails is
-recorded as rejected. Nothing is promoted without a measured win.
+:class:`WeightsPipeline` runs each stage in a work directory and records what it produced in
+``<workdir>/state.json``; a stage already recorded there is skipped by :meth:`~WeightsPipeline.run`
+(``redo=`` runs it again, and every stage after it), so a pipeline killed after training
+resumes at publishing, and ``evoharness weights train`` after ``evoharness weights dataset``
+continues the same run. The stages:
+
+- **dataset**: SFT rows (and, with a DPO stage, preference pairs) from the episodes of a
+  :class:`~evoharness.evolve.episodes.traces.TraceSource` that ``config.where`` and the
+  :class:`Selection` pick (the cycle's ``training_dataset`` decisions: the good runs of the
+  decided clusters' case patterns, and their failing runs for the pairs);
+- **train**: LoRA SFT through :func:`~evoharness.evolve.weights.training.train` (itself
+  fingerprinted and resumable from checkpoints), DPO on top of the SFT adapter;
+- **publish**: each adapter an immutable registry version ``<policy>-v<N>``;
+- **gate**: the baseline (the active adapter, or the base model) and each candidate run the
+  application's frozen splits (``evaluate``); the paired gate
+  (:func:`~evoharness.evolve.promotion.paired_gate`: exact McNemar on the gate split with a
+  minimum sample, zero new P0 on the guard split, the report split carried and never
+  decided on) labels each ``candidate`` or records its rejection; DPO is gated against the
+  SFT adapter it continues;
+- **activate**: the stages in ``config.activate`` that passed go live: ``active`` at once
+  (``rollout=None``) or through a staged rollout of the adapter artifact (any kind is a
+  rollout arm). Serving follows the registry: the session door's
+  :class:`~evoharness.sdk.session.RegistryAdapterSource` loads the new version into the CPU
+  pool or every vLLM replica before routing sessions to it.
 
 Evaluation belongs to the application: ``evaluate`` runs one :class:`Candidate` (the base
-model or a published version) on the frozen val and guard splits and returns an
-:class:`Evaluation`. Serving the adapter (hot-loading it into a pool or vLLM under
-:attr:`Candidate.served_name`) is its business too.
+model or a published version) on the frozen splits and returns an :class:`Evaluation`
+(:func:`~evoharness.evolve.weights.replay.replay_evaluation` does it for any environment
+plugin with a run side). :func:`run_weights_layer` runs every stage in one call.
 
 Example:
     >>> config = WeightsLayerConfig(
@@ -30,23 +47,25 @@ Example:
 
 from __future__ import annotations
 
+import json
+import os
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from evoharness.evolve.episodes.traces import EpisodeFilter, TraceSource
+from evoharness.evolve.episodes.cases import CaseKey
+from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
 from evoharness.evolve.judging.judge import Verdict
+from evoharness.evolve.promotion import EvalResult, GateDecision
 from evoharness.evolve.weights.config import DPORunConfig, SFTRunConfig, TrainConfig
 from evoharness.evolve.weights.datasets import Dataset, Gates, ToolsFor, build_dpo, build_sft
 from evoharness.evolve.weights.training import TrainResult, train
 from evoharness.evolve.weights.versions import (
+    KIND,
     AdapterStatus,
-    EvalResult,
-    GateDecision,
     activate,
     active_version,
     apply_gate,
@@ -55,20 +74,32 @@ from evoharness.evolve.weights.versions import (
     served_name,
     status,
 )
+from evoharness.harness import ConfigError
 from evoharness.sdk.registry import ArtifactVersion, Registry
+from evoharness.sdk.rollout import RolloutController
 
 __all__ = [
+    "STAGES",
     "Candidate",
     "Evaluate",
     "Evaluation",
+    "Progress",
+    "Selection",
     "StageReport",
     "WeightsLayerConfig",
     "WeightsLayerReport",
+    "WeightsPipeline",
+    "WeightsState",
     "run_weights_layer",
 ]
 
 Stage = Literal["sft", "dpo"]
+Step = Literal["dataset", "train", "publish", "gate", "activate"]
+STAGES: tuple[Step, ...] = ("dataset", "train", "publish", "gate", "activate")
+"""The pipeline's stages, in order."""
 Log = Callable[[str], None]
+Progress = Callable[[str, int, int], None]
+"""``progress(what, done, total)``: training steps (``train sft``) and evaluated candidates."""
 
 
 class WeightsLayerConfig(BaseModel):
@@ -87,10 +118,12 @@ class WeightsLayerConfig(BaseModel):
             this long (DPO runs three forward passes per pair; ``None``: keep all).
         baseline: What the SFT adapter must beat: the ``active`` adapter version (the base
             model while there is none) or always the ``base`` model.
-        activate: Stages promoted to ``active`` when they pass their gate; the others stay
-            ``candidate`` for a staged rollout to promote.
-        min_gain: How much a candidate's val success rate must exceed what it is compared
+        activate: Stages promoted when they pass their gate; the others stay ``candidate``
+            for a staged rollout to promote.
+        min_gain: How much a candidate's gate success rate must exceed what it is compared
             with.
+        alpha: Significance level of the gate's exact McNemar test.
+        min_tasks: Least paired tasks on the gate split.
         log_every: Training progress is logged every this many steps.
     """
 
@@ -106,6 +139,8 @@ class WeightsLayerConfig(BaseModel):
     baseline: Literal["active", "base"] = "active"
     activate: frozenset[Stage] = frozenset({"sft"})
     min_gain: float = Field(0.0, ge=0.0)
+    alpha: float = Field(0.05, gt=0, lt=1)
+    min_tasks: int = Field(20, ge=1)
     log_every: int = Field(4, ge=1)
 
     @model_validator(mode="after")
@@ -117,6 +152,40 @@ class WeightsLayerConfig(BaseModel):
                 "same base model"
             )
         return self
+
+
+class Selection(BaseModel):
+    """Which episodes the datasets take, beyond ``config.where``: the clusters the cycle
+    decided to fix with training (``training_dataset`` decisions).
+
+    Attributes:
+        patterns: Case patterns whose runs are taken (good runs become SFT rows; good and
+            bad runs of one task become DPO pairs).
+        trace_ids: Runs taken whatever their pattern (the decided clusters' failing cases).
+        clusters: The decided clusters (``item | pattern``), for the record.
+    """
+
+    patterns: list[str] = Field(default_factory=list)
+    trace_ids: list[str] = Field(default_factory=list)
+    clusters: list[str] = Field(default_factory=list)
+
+    def keeps(self, episode: Episode, case_key: CaseKey | None) -> bool:
+        """Whether ``episode`` belongs to the selection."""
+        if episode.trace_id in self.trace_ids:
+            return True
+        if case_key is None:
+            return False
+        return case_key(episode.query or "", episode.metadata) in self.patterns
+
+
+class _Selected:
+    """A trace source that yields only the episodes a :class:`Selection` keeps."""
+
+    def __init__(self, source: TraceSource, selection: Selection, case_key: CaseKey | None):
+        self.source, self.selection, self.case_key = source, selection, case_key
+
+    def episodes(self, where: EpisodeFilter | None = None) -> Iterator[Episode]:
+        return (e for e in self.source.episodes(where) if self.selection.keeps(e, self.case_key))
 
 
 class Candidate(BaseModel):
@@ -142,19 +211,22 @@ class Candidate(BaseModel):
 
 
 class Evaluation(BaseModel):
-    """A candidate's offline results on the frozen val and guard splits.
+    """A candidate's offline results on the frozen splits.
 
     Attributes:
-        val: Must beat what the candidate is compared with.
-        guard: Must show no P0 regression.
+        val: The gate split: the candidate must beat what it is compared with here.
+        guard: A separate split on which it must add no P0 failure.
+        report: The split whose numbers are reported; it decides nothing (``None``: none).
     """
 
     val: EvalResult
     guard: EvalResult
+    report: EvalResult | None = None
 
     @classmethod
     def of(cls, result: EvalResult) -> Evaluation:
-        """One set of runs serving as both splits (an application with one frozen subset)."""
+        """One set of runs serving as both gate and guard split (an application with one
+        frozen subset: the guard then shows regressions on the same tasks)."""
         return cls(val=result, guard=result)
 
 
@@ -173,8 +245,9 @@ class StageReport(BaseModel):
         version: The version the adapter was published as.
         evaluation: Its offline results.
         gate: The gate's decision against what it had to beat.
-        status: Its status after the gate (``active``, ``candidate``, ``rejected``, or
+        status: Its status after the pipeline (``active``, ``candidate``, ``rejected``, or
             ``published`` for a version that was already the baseline: not gated again).
+        experiment_id: The staged rollout it entered, if it entered one.
     """
 
     stage: Stage
@@ -185,6 +258,7 @@ class StageReport(BaseModel):
     evaluation: Evaluation
     gate: GateDecision
     status: AdapterStatus
+    experiment_id: str | None = None
 
 
 class WeightsLayerReport(BaseModel):
@@ -198,6 +272,7 @@ class WeightsLayerReport(BaseModel):
         sft: The SFT stage.
         dpo: The DPO stage (``None`` without one, or when no pair was left to train on).
         active: The active adapter version afterwards (``None``: the base model).
+        skipped: Stages found done in the work directory and not run again.
     """
 
     datasets: dict[str, Dataset]
@@ -206,6 +281,44 @@ class WeightsLayerReport(BaseModel):
     sft: StageReport
     dpo: StageReport | None = None
     active: ArtifactVersion | None = None
+    skipped: list[str] = Field(default_factory=list)
+
+
+class WeightsState(BaseModel):
+    """What each stage of one pipeline produced (``<workdir>/state.json``).
+
+    Attributes:
+        policy: The adapter artifact.
+        done: Stage -> what it recorded (only finished stages are here).
+    """
+
+    policy: str
+    done: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path, policy: str) -> WeightsState:
+        """The state at ``path`` (a fresh one when there is none).
+
+        Raises:
+            ConfigError: The work directory belongs to another policy.
+        """
+        if not path.exists():
+            return cls(policy=policy)
+        state = cls.model_validate_json(path.read_text())
+        if state.policy != policy:
+            raise ConfigError(
+                f"{path.parent} holds the weights pipeline of {state.policy!r}, not {policy!r}: "
+                "use another --workdir",
+                field="workdir",
+            )
+        return state
+
+    def save(self, path: Path) -> None:
+        """Write atomically (a kill never leaves half a file)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(self.model_dump_json(indent=1))
+        os.replace(tmp, path)
 
 
 def _quiet(_: str) -> None:
@@ -242,35 +355,134 @@ def _trained_line(
     )
 
 
-@dataclass
-class _Layer:
-    """One run of the layer: what every stage publishes to, evaluates with and logs to."""
+class WeightsPipeline:
+    """The weights layer's stages over one work directory (resumable; see the module docs).
 
-    config: WeightsLayerConfig
-    registry: Registry
-    workdir: Path
-    evaluate: Evaluate
-    actor: str
-    log: Log
+    Args:
+        source: Where the episodes come from (``config.where`` selects them).
+        config: What to train, how to gate, what to promote.
+        registry: Where adapter versions are published, labelled and promoted.
+        workdir: Holds ``state.json``, ``data/<stage>`` (the datasets) and ``runs/<stage>``
+            (the training runs).
+        evaluate: Runs a :class:`Candidate` on the frozen splits (needed by ``gate``).
+        tools: The tool schemas the runs saw (a list, or a function of the episode).
+        verdicts: Judge verdicts by trace id (``EvolveState.verdicts()``), if any.
+        selection: The cycle's training decisions (``None``: every episode ``where`` reads).
+        case_key: The environment's case key (to match a selection's patterns).
+        actor: Recorded as the author of versions and promotions.
+        log: Receives one line per step (default: silent).
+        progress: Receives training steps and evaluations (a progress bar).
+    """
 
-    def stage(
+    def __init__(
         self,
-        stage: Stage,
-        run_config: TrainConfig,
-        rows: list[dict[str, Any]],
-        data: Dataset,
+        source: TraceSource | None,
         *,
-        against: Evaluation,
-        baseline: ArtifactVersion | None = None,
-        parent: ArtifactVersion | None = None,
-    ) -> StageReport:
-        """Train one stage, publish its adapter (child of ``parent``), evaluate it and gate
-        it against ``against`` (the evaluation of ``baseline``)."""
-        config, registry = self.config, self.registry
+        config: WeightsLayerConfig,
+        registry: Registry,
+        workdir: Path | str,
+        evaluate: Evaluate | None = None,
+        tools: ToolsFor | Sequence[dict[str, Any]] | None = None,
+        verdicts: Mapping[str, Verdict] | None = None,
+        selection: Selection | None = None,
+        case_key: CaseKey | None = None,
+        actor: str = "evoharness",
+        log: Log | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        self.source = source
+        self.config = config
+        self.registry = registry
+        self.workdir = Path(workdir)
+        self.evaluate_fn = evaluate
+        self.tools = tools
+        self.verdicts = verdicts
+        self.selection = selection
+        self.case_key = case_key
+        self.actor = actor
+        self.log = log or _quiet
+        self.progress = progress
+        self.path = self.workdir / "state.json"
+        self.state = WeightsState.load(self.path, config.policy)
 
-        def progress(step: int, steps: int, logs: dict[str, float]) -> None:
-            if step % config.log_every == 0:
-                self.log(f"    {stage} step {step}/{steps} loss={logs.get('loss', 0):.3f}")
+    # -- bookkeeping -----------------------------------------------------------------------
+    def done(self, stage: Step) -> bool:
+        """Whether ``stage`` has finished in this work directory."""
+        return stage in self.state.done
+
+    def _record(self, stage: Step, record: dict[str, Any]) -> None:
+        self.state.done[stage] = {**record, "at": time.time()}
+        self.state.save(self.path)
+
+    def forget(self, stage: Step) -> None:
+        """Forget ``stage`` and every stage after it (they run again)."""
+        for later in STAGES[STAGES.index(stage) :]:
+            self.state.done.pop(later, None)
+        self.state.save(self.path)
+
+    def _need(self, stage: Step, before: Step) -> dict[str, Any]:
+        if before not in self.state.done:
+            raise ConfigError(
+                f"weights {stage} needs the {before} stage first: run `evoharness weights "
+                f"{before}` (or `evoharness weights run`) in {self.workdir}",
+                field="stage",
+            )
+        return self.state.done[before]
+
+    def datasets(self) -> dict[str, Dataset]:
+        """The datasets the dataset stage saved."""
+        record = self._need("train", "dataset")
+        return {s: Dataset.load(self.workdir / "data" / s) for s in record["built"]}
+
+    # -- stages ----------------------------------------------------------------------------
+    def dataset(self) -> dict[str, Dataset]:
+        """Build and save the SFT dataset (and the DPO pairs) from the selected episodes.
+
+        Raises:
+            ConfigError: No trace source.
+            TrainingError: No SFT row passed the gates.
+        """
+        if self.source is None:
+            raise ConfigError("the dataset stage reads traces: pass a trace source", field="db")
+        source: TraceSource = self.source
+        if self.selection is not None:
+            source = _Selected(source, self.selection, self.case_key)
+        cfg = self.config
+        options: dict[str, Any] = {
+            "where": cfg.where,
+            "verdicts": self.verdicts,
+            "tools": self.tools,
+            "gates": cfg.gates,
+            "val_fraction": cfg.val_fraction,
+        }
+        built = {"sft": build_sft(source, **options)}
+        if cfg.dpo is not None:
+            built["dpo"] = build_dpo(source, **options)
+        for stage, data in built.items():
+            data.save(self.workdir / "data" / stage)
+        self.log(_datasets_line(built, cfg.gates))
+        self.forget("dataset")
+        self._record(
+            "dataset",
+            {
+                "built": list(built),
+                "hashes": {s: d.manifest.content_hash for s, d in built.items()},
+                "rows": {s: len(d.rows("train")) for s, d in built.items()},
+                "selection": self.selection.model_dump() if self.selection else None,
+            },
+        )
+        return built
+
+    def _train_one(
+        self, stage: Stage, run_config: TrainConfig, rows: list[dict[str, Any]], data: Dataset
+    ) -> tuple[TrainResult, float]:
+        every = self.config.log_every
+
+        def step(done: int, steps: int, logs: dict[str, float]) -> None:
+            if self.progress is not None:
+                self.progress(f"train {stage}", done, steps)
+            if done % every == 0:
+                self.log(f"    {stage} step {done}/{steps} loss={logs.get('loss', 0):.3f}")
 
         started = time.perf_counter()
         run = train(
@@ -279,57 +491,261 @@ class _Layer:
             run_dir=self.workdir / "runs" / stage,
             # the SFT rows are the dataset's train split; the DPO pairs a filtered subset
             dataset_hash=data.manifest.content_hash if stage == "sft" else None,
-            progress=progress,
+            progress=step,
         )
         seconds = time.perf_counter() - started
         self.log(_trained_line(stage, run, len(rows), seconds, run_config))
-        version = publish_adapter(
-            registry,
-            config.policy,
-            run.adapter_dir,
-            base_model=run_config.base_model,
-            dataset_manifest=data.manifest.model_dump(mode="json"),
-            metrics=run.metrics,
-            fingerprint=run.fingerprint,
-            author=self.actor,
-            parent=parent.version if parent is not None else None,
-        )
-        if baseline is not None and version.version == baseline.version:
-            # the same adapter files as what it must beat (a rerun on the same data): there
-            # is nothing to measure, and gating a version against itself would reject it
-            evaluation = against
-            rate = against.val.success_rate
-            decision = GateDecision(
-                passed=False,
-                candidate_val=rate,
-                active_val=rate,
-                reason="unchanged: the same adapter as the baseline",
+        return run, seconds
+
+    def train(self) -> dict[str, TrainResult]:
+        """Train SFT on the dataset, then DPO on top of the SFT adapter (resumable runs)."""
+        data = self.datasets()
+        cfg = self.config
+        sft, seconds = self._train_one("sft", cfg.sft, data["sft"].rows("train"), data["sft"])
+        runs = {"sft": sft}
+        record: dict[str, Any] = {"sft": {**sft.model_dump(), "seconds": seconds}}
+        if cfg.dpo is not None and "dpo" in data:
+            limit = cfg.max_dpo_prompt_chars
+            pairs = [r for r in data["dpo"].rows("train") if _short_prompt(r, limit)]
+            if pairs:
+                dpo_cfg = cfg.dpo.model_copy(update={"init_adapter": sft.adapter_dir})
+                dpo, seconds = self._train_one("dpo", dpo_cfg, pairs, data["dpo"])
+                runs["dpo"] = dpo
+                record["dpo"] = {**dpo.model_dump(), "seconds": seconds, "pairs": len(pairs)}
+        self.forget("train")
+        self._record("train", record)
+        return runs
+
+    def _trained(self) -> dict[Stage, TrainResult]:
+        record = self._need("publish", "train")
+        return {
+            stage: TrainResult.model_validate(
+                {k: v for k, v in record[stage].items() if k in TrainResult.model_fields}
             )
-        else:
-            evaluation = self.evaluate(Candidate(stage=stage, version=version))
-            decision = offline_gate(
-                candidate_val=evaluation.val,
-                active_val=against.val,
-                candidate_guard=evaluation.guard,
-                active_guard=against.guard,
-                min_gain=config.min_gain,
+            for stage in ("sft", "dpo")
+            if stage in record
+        }
+
+    def publish(self) -> dict[Stage, ArtifactVersion]:
+        """Publish each trained adapter as an immutable version (DPO as SFT's child)."""
+        runs = self._trained()
+        data = self.datasets()
+        cfg = self.config
+        out: dict[Stage, ArtifactVersion] = {}
+        for stage, run in runs.items():
+            run_cfg = cfg.sft if stage == "sft" else cfg.dpo
+            assert run_cfg is not None
+            parent = out.get("sft") if stage == "dpo" else None
+            out[stage] = publish_adapter(
+                self.registry,
+                cfg.policy,
+                run.adapter_dir,
+                base_model=run_cfg.base_model,
+                dataset_manifest=data[stage].manifest.model_dump(mode="json"),
+                metrics=run.metrics,
+                fingerprint=run.fingerprint,
+                author=self.actor,
+                parent=parent.version if parent is not None else None,
             )
-            apply_gate(registry, config.policy, version.version, decision)
-        if decision.passed and stage in config.activate:
-            activate(
-                registry, config.policy, version.version, actor=self.actor, reason=decision.reason
+            self.log(f"  published {served_name(out[stage])} ({stage})")
+        self.forget("publish")
+        self._record("publish", {s: v.version for s, v in out.items()})
+        return out
+
+    def _published(self, stage: Step) -> dict[Stage, ArtifactVersion]:
+        record = self._need(stage, "publish")
+        out: dict[Stage, ArtifactVersion] = {}
+        for s in ("sft", "dpo"):
+            if s in record:
+                out[s] = self.registry.get(KIND, self.config.policy, int(record[s]))
+        return out
+
+    def _evaluate(self, candidate: Candidate, index: int, total: int) -> Evaluation:
+        if self.evaluate_fn is None:
+            raise ConfigError(
+                "the gate stage runs the candidates on the frozen splits: pass evaluate= "
+                "(evoharness weights gate replays the environment's run side)",
+                field="evaluate",
             )
-        now = status(registry, config.policy, version.version)
-        self.log(f"  gate {served_name(version)}: {decision.reason} -> {now}")
-        return StageReport(
-            stage=stage,
-            rows=len(rows),
-            train=run,
-            seconds=seconds,
-            version=version,
-            evaluation=evaluation,
-            gate=decision,
-            status=now,
+        if self.progress is not None:
+            self.progress("gate", index, total)
+        got = self.evaluate_fn(candidate)
+        if self.progress is not None:
+            self.progress("gate", index + 1, total)
+        return got
+
+    def gate(self) -> dict[str, Any]:
+        """Evaluate the baseline and each published adapter; label each ``candidate`` or
+        record its rejection (SFT against the baseline, DPO against SFT)."""
+        published = self._published("gate")
+        cfg = self.config
+        current = active_version(self.registry, cfg.policy) if cfg.baseline == "active" else None
+        total = 1 + len(published)
+        baseline = self._evaluate(Candidate(stage="baseline", version=current), 0, total)
+        record: dict[str, Any] = {
+            "baseline_version": current.version if current is not None else None,
+            "baseline": baseline.model_dump(mode="json"),
+        }
+        against, against_version = baseline, current
+        for i, (stage, version) in enumerate(published.items(), start=1):
+            if against_version is not None and version.version == against_version.version:
+                # the same adapter files as what it must beat (a rerun on the same data): there
+                # is nothing to measure, and gating a version against itself would reject it
+                evaluation = against
+                rate = against.val.success_rate
+                decision = GateDecision(
+                    passed=False,
+                    candidate_val=rate,
+                    active_val=rate,
+                    reason="unchanged: the same adapter as the baseline",
+                )
+            else:
+                evaluation = self._evaluate(Candidate(stage=stage, version=version), i, total)
+                decision = offline_gate(
+                    candidate_val=evaluation.val,
+                    active_val=against.val,
+                    candidate_guard=evaluation.guard,
+                    active_guard=against.guard,
+                    candidate_report=evaluation.report,
+                    active_report=against.report,
+                    min_gain=cfg.min_gain,
+                    alpha=cfg.alpha,
+                    min_tasks=cfg.min_tasks,
+                )
+                apply_gate(self.registry, cfg.policy, version.version, decision)
+            now = status(self.registry, cfg.policy, version.version)
+            self.log(f"  gate {served_name(version)}: {decision.reason} -> {now}")
+            record[stage] = {
+                "version": version.version,
+                "evaluation": evaluation.model_dump(mode="json"),
+                "gate": decision.model_dump(mode="json"),
+            }
+            against, against_version = evaluation, version
+        self.forget("gate")
+        self._record("gate", record)
+        return record
+
+    def activate(
+        self,
+        *,
+        stages: Collection[Stage] | None = None,
+        rollout: Sequence[float] | None = None,
+        min_dwell_s: float = 3600.0,
+    ) -> dict[str, Any]:
+        """Make the gated stages in ``stages`` (default ``config.activate``) live: ``active``
+        at once, or, with ``rollout`` (traffic stages), through a staged rollout of the
+        adapter (sticky by user, guard rollback). A stage that did not pass is left as is.
+
+        Raises:
+            ConfigError: The gate stage has not run.
+        """
+        gated = self._need("activate", "gate")
+        chosen = set(self.config.activate if stages is None else stages)
+        record: dict[str, Any] = {}
+        for stage in ("dpo", "sft"):  # DPO passed only by beating the SFT adapter
+            if stage not in gated or stage not in chosen:
+                continue
+            version = int(gated[stage]["version"])
+            decision = GateDecision.model_validate(gated[stage]["gate"])
+            name = f"{self.config.policy}-v{version}"
+            if not decision.passed:
+                record[stage] = {"version": version, "status": "not activated"}
+                continue
+            if rollout is not None:
+                exp = RolloutController(self.registry).start(
+                    self.config.policy,
+                    version,
+                    kind=KIND,
+                    stages=rollout,
+                    min_dwell_s=min_dwell_s,
+                    actor=self.actor,
+                    reason=decision.reason,
+                )
+                record[stage] = {"version": version, "status": "rollout", "experiment": exp.id}
+                self.log(f"  {name}: staged rollout {exp.id} ({', '.join(map(str, rollout))})")
+            else:
+                activate(
+                    self.registry,
+                    self.config.policy,
+                    version,
+                    actor=self.actor,
+                    reason=decision.reason,
+                )
+                record[stage] = {"version": version, "status": "active"}
+                self.log(f"  {name}: active (serving loads it before routing to it)")
+            break  # one adapter goes live: the last chosen stage that passed
+        self._record("activate", record)
+        return record
+
+    # -- all of it -------------------------------------------------------------------------
+    def run(
+        self,
+        stages: Sequence[Step] = STAGES,
+        *,
+        redo: Collection[Step] = (),
+        rollout: Sequence[float] | None = None,
+        min_dwell_s: float = 3600.0,
+    ) -> list[Step]:
+        """Run ``stages`` in order, skipping those already done (``redo``: run them, and
+        every stage after them, again); returns the stages skipped."""
+        unknown = sorted(set(stages) - set(STAGES))
+        if unknown:
+            raise ConfigError(
+                f"unknown weights stage(s) {unknown}: choose from {', '.join(STAGES)}",
+                field="stages",
+            )
+        for stage in STAGES:
+            if stage in redo:
+                self.forget(stage)
+                break
+        skipped: list[Step] = []
+        for stage in (s for s in STAGES if s in stages):
+            if self.done(stage):
+                skipped.append(stage)
+                self.log(f"  {stage}: done before in {self.workdir} (skipped)")
+                continue
+            if stage == "activate":
+                self.activate(rollout=rollout, min_dwell_s=min_dwell_s)
+            else:
+                getattr(self, stage)()
+        return skipped
+
+    def report(self, skipped: Sequence[str] = ()) -> WeightsLayerReport:
+        """What the stages recorded, as one report (needs dataset to gate done)."""
+        gated = self._need("activate", "gate")
+        trained = self.state.done["train"]
+        published = self._published("activate")
+        activated = self.state.done.get("activate", {})
+        stages: dict[str, StageReport] = {}
+        for stage, version in published.items():
+            entry = gated.get(stage)
+            if entry is None:
+                continue
+            run = TrainResult.model_validate(
+                {k: v for k, v in trained[stage].items() if k in TrainResult.model_fields}
+            )
+            stages[stage] = StageReport(
+                stage=stage,
+                rows=int(trained[stage].get("pairs", run.rows)),
+                train=run,
+                seconds=float(trained[stage].get("seconds", 0.0)),
+                version=version,
+                evaluation=Evaluation.model_validate(entry["evaluation"]),
+                gate=GateDecision.model_validate(entry["gate"]),
+                status=status(self.registry, self.config.policy, version.version),
+                experiment_id=(activated.get(stage) or {}).get("experiment"),
+            )
+        base = gated["baseline_version"]
+        return WeightsLayerReport(
+            datasets=self.datasets(),
+            baseline=Evaluation.model_validate(gated["baseline"]),
+            baseline_version=(
+                self.registry.get(KIND, self.config.policy, int(base)) if base else None
+            ),
+            sft=stages["sft"],
+            dpo=stages.get("dpo"),
+            active=active_version(self.registry, self.config.policy),
+            skipped=list(skipped),
         )
 
 
@@ -342,72 +758,53 @@ def run_weights_layer(
     evaluate: Evaluate,
     tools: ToolsFor | Sequence[dict[str, Any]] | None = None,
     verdicts: Mapping[str, Verdict] | None = None,
+    selection: Selection | None = None,
+    case_key: CaseKey | None = None,
     actor: str = "evoharness",
     log: Log | None = None,
+    progress: Progress | None = None,
+    redo: Collection[Step] = (),
 ) -> WeightsLayerReport:
-    """Build the datasets, measure the baseline, train, publish and gate each stage.
+    """Every stage of :class:`WeightsPipeline` in one call (done stages skipped).
 
     Args:
         source: Where the episodes come from (``config.where`` selects them).
         config: What to train, how to gate, what to promote.
         registry: Where adapter versions are published, labelled and promoted.
-        workdir: Holds ``data/<stage>`` (the datasets) and ``runs/<stage>`` (the training
-            runs: fingerprinted, so a rerun on the same data and config reuses them).
+        workdir: The pipeline's work directory (its ``state.json`` makes a rerun resume).
         evaluate: Runs a :class:`Candidate` on the frozen splits.
         tools: The tool schemas the runs saw (a list, or a function of the episode).
         verdicts: Judge verdicts by trace id (``EvolveState.verdicts()``), if any.
+        selection: The cycle's training decisions (``None``: every episode read).
+        case_key: The environment's case key (for the selection's patterns).
         actor: Recorded as the author of versions and promotions.
         log: Receives one line per step (default: silent).
+        progress: Receives training steps and evaluations.
+        redo: Stages to run again although done (with every stage after them).
 
     Raises:
         TrainingError: No SFT row passed the gates.
         MissingExtraError: The train extra is not installed.
     """
-    layer = _Layer(config, registry, Path(workdir), evaluate, actor, log or _quiet)
-    episodes: dict[str, Any] = {
-        "where": config.where,
-        "verdicts": verdicts,
-        "tools": tools,
-        "gates": config.gates,
-        "val_fraction": config.val_fraction,
-    }
-    datasets = {"sft": build_sft(source, **episodes)}
-    if config.dpo is not None:
-        datasets["dpo"] = build_dpo(source, **episodes)
-    for stage, data in datasets.items():
-        data.save(layer.workdir / "data" / stage)
-    layer.log(_datasets_line(datasets, config.gates))
+    pipeline = WeightsPipeline(
+        source,
+        config=config,
+        registry=registry,
+        workdir=workdir,
+        evaluate=evaluate,
+        tools=tools,
+        verdicts=verdicts,
+        selection=selection,
+        case_key=case_key,
+        actor=actor,
+        log=log,
+        progress=progress,
+    )
+    skipped = pipeline.run(redo=redo)
+    return pipeline.report(skipped)
 
-    current = active_version(registry, config.policy) if config.baseline == "active" else None
-    baseline = evaluate(Candidate(stage="baseline", version=current))
-    # SFT starts from the base model (no parent); DPO continues the SFT adapter
-    sft = layer.stage(
-        "sft",
-        config.sft,
-        datasets["sft"].rows("train"),
-        datasets["sft"],
-        against=baseline,
-        baseline=current,
-    )
-    dpo: StageReport | None = None
-    if config.dpo is not None:
-        limit = config.max_dpo_prompt_chars
-        pairs = [r for r in datasets["dpo"].rows("train") if _short_prompt(r, limit)]
-        if pairs:
-            dpo = layer.stage(
-                "dpo",
-                config.dpo.model_copy(update={"init_adapter": sft.train.adapter_dir}),
-                pairs,
-                datasets["dpo"],
-                against=sft.evaluation,
-                baseline=sft.version,
-                parent=sft.version,
-            )
-    return WeightsLayerReport(
-        datasets=datasets,
-        baseline=baseline,
-        baseline_version=current,
-        sft=sft,
-        dpo=dpo,
-        active=active_version(registry, config.policy),
-    )
+
+def load_state(workdir: Path | str) -> dict[str, Any]:
+    """The raw ``state.json`` of a work directory (``{}`` when there is none)."""
+    path = Path(workdir) / "state.json"
+    return json.loads(path.read_text()) if path.exists() else {}

@@ -8,6 +8,10 @@ Served names are ``<policy>-v<N>``: immutable, never reused (vLLM caches by name
 Status comes from the registry's labels and audit log: ``active`` (label ``active``),
 ``candidate`` (label ``candidate``), ``rejected`` (the gate turned it down: a ``gate-rejected``
 label event) or ``published``.
+
+The gate is the paired one every artifact kind goes through
+(:func:`~evoharness.evolve.promotion.paired_gate`); :class:`TaskEval`, :class:`EvalResult`
+and :class:`GateDecision` are its types.
 """
 
 from __future__ import annotations
@@ -17,14 +21,31 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
-
+from evoharness.evolve.promotion import REJECTED, EvalResult, GateDecision, TaskEval, paired_gate
 from evoharness.harness import ConfigError
 from evoharness.sdk.registry import ArtifactNotFound, ArtifactVersion, Registry, RegistryEvent
 from evoharness.sdk.serving.errors import AdapterLoadError
 
+__all__ = [
+    "KIND",
+    "REJECTED",
+    "AdapterStatus",
+    "EvalResult",
+    "GateDecision",
+    "TaskEval",
+    "activate",
+    "active_version",
+    "adapter_checksum",
+    "apply_gate",
+    "offline_gate",
+    "publish_adapter",
+    "rollback",
+    "served_name",
+    "status",
+    "verified_path",
+]
+
 KIND = "adapter"
-REJECTED = "gate-rejected"
 AdapterStatus = Literal["active", "candidate", "rejected", "published"]
 
 
@@ -155,76 +176,11 @@ def status(registry: Registry, policy: str, version: int) -> AdapterStatus:
     return "published"
 
 
-class TaskEval(BaseModel):
-    """One task's offline result."""
-
-    success: bool
-    p0_pass: bool = True
-
-
-class EvalResult(BaseModel):
-    """Offline results of one version on one split, per task."""
-
-    tasks: dict[str, TaskEval] = Field(default_factory=dict)
-
-    @property
-    def success_rate(self) -> float:
-        """Share of tasks solved."""
-        return sum(t.success for t in self.tasks.values()) / max(len(self.tasks), 1)
-
-
-class GateDecision(BaseModel):
-    """The offline gate's verdict on a candidate.
-
-    Attributes:
-        passed: Beats the active version on ``val`` with no P0 regression on ``guard``.
-        candidate_val: The candidate's val success rate.
-        active_val: The active version's val success rate.
-        p0_regressions: Guard tasks the active version passed P0 on and the candidate fails.
-        reason: One line for the audit log.
-    """
-
-    passed: bool
-    candidate_val: float
-    active_val: float
-    p0_regressions: list[str] = Field(default_factory=list)
-    reason: str
-
-
-def offline_gate(
-    *,
-    candidate_val: EvalResult,
-    active_val: EvalResult,
-    candidate_guard: EvalResult,
-    active_guard: EvalResult,
-    min_gain: float = 0.0,
-) -> GateDecision:
-    """Compare a candidate with the active version on the frozen val and guard splits.
-
-    Both must have been evaluated on the same tasks; the candidate must beat the active
-    version's val success rate by more than ``min_gain`` and fail P0 on no guard task the
-    active version passed.
-    """
-    if set(candidate_val.tasks) != set(active_val.tasks):
-        raise ConfigError("the gate needs both versions evaluated on the same val tasks")
-    regressions = sorted(
-        t
-        for t, a in active_guard.tasks.items()
-        if a.p0_pass and t in candidate_guard.tasks and not candidate_guard.tasks[t].p0_pass
-    )
-    cand, act = candidate_val.success_rate, active_val.success_rate
-    beats = cand > act + min_gain
-    passed = beats and not regressions
-    reason = f"val {cand:.3f} vs active {act:.3f}"
-    if regressions:
-        reason += f"; P0 regressions on {', '.join(regressions[:5])}"
-    return GateDecision(
-        passed=passed,
-        candidate_val=cand,
-        active_val=act,
-        p0_regressions=regressions,
-        reason=("gate passed: " if passed else "gate rejected: ") + reason,
-    )
+offline_gate = paired_gate
+"""The adapter gate: :func:`~evoharness.evolve.promotion.paired_gate`, the paired one every
+artifact kind goes through (an exact McNemar test on the frozen val split with at least
+``min_tasks`` tasks, zero new P0 on the separate guard split; the report split's numbers are
+carried, never decided on)."""
 
 
 def apply_gate(

@@ -18,10 +18,13 @@ from evoharness.evolve.weights.pipeline import (
     Evaluation,
     WeightsLayerConfig,
     WeightsLayerReport,
+    WeightsPipeline,
     run_weights_layer,
 )
 from evoharness.evolve.weights.versions import EvalResult, TaskEval, active_version, status
+from evoharness.harness import ConfigError
 from evoharness.sdk.registry import Registry, open_registry
+from evoharness.sdk.rollout import RolloutController
 
 from .conftest import TOOLS, Source
 
@@ -62,8 +65,13 @@ def _source() -> Source:
     return Source(runs)
 
 
-def _result(solved: int) -> EvalResult:
-    return EvalResult(tasks={f"t{i}": TaskEval(success=i < solved) for i in range(2)})
+def _result(solved: int, prefix: str = "t") -> EvalResult:
+    return EvalResult(tasks={f"{prefix}{i}": TaskEval(success=i < solved) for i in range(8)})
+
+
+def _evaluation(solved: int) -> Evaluation:
+    """The gate split (``t*``), a separate guard split (``g*``) and a report split (``r*``)."""
+    return Evaluation(val=_result(solved), guard=_result(8, "g"), report=_result(solved, "r"))
 
 
 def _config(tiny_base: str, **extra: Any) -> WeightsLayerConfig:
@@ -73,6 +81,7 @@ def _config(tiny_base: str, **extra: Any) -> WeightsLayerConfig:
         sft=SFTRunConfig(max_steps=2, **common),
         dpo=DPORunConfig(max_steps=2, **common),
         where=EpisodeFilter(tags=["adder"]),
+        min_tasks=8,
         **extra,
     )
 
@@ -83,6 +92,7 @@ def _run(
     registry: Registry,
     evaluate: Evaluate,
     log: Callable[[str], None] | None = None,
+    redo: tuple[str, ...] = (),
     **extra: Any,
 ) -> WeightsLayerReport:
     return run_weights_layer(
@@ -93,6 +103,7 @@ def _run(
         evaluate=evaluate,
         tools=TOOLS,
         log=log,
+        redo=redo,  # type: ignore[arg-type]
     )
 
 
@@ -100,13 +111,13 @@ def test_sft_is_gated_against_the_baseline_and_dpo_against_sft(
     tiny_base: str, tmp_path: Path
 ) -> None:
     asked: list[Candidate] = []
-    solved = {"baseline": 0, "sft": 1, "dpo": 1}  # SFT beats base; DPO only ties SFT
+    solved = {None: 0, "adder-v1": 6, "adder-v2": 6}  # SFT beats base; DPO only ties SFT
 
     def evaluate(candidate: Candidate) -> Evaluation:
         asked.append(candidate)
         if candidate.adapter_dir is not None:  # what a server would hot-load
             assert (candidate.adapter_dir / "adapter_config.json").exists()
-        return Evaluation.of(_result(solved[candidate.stage]))
+        return _evaluation(solved[candidate.served_name])
 
     lines: list[str] = []
     registry = open_registry(tmp_path / "registry.db")
@@ -123,10 +134,11 @@ def test_sft_is_gated_against_the_baseline_and_dpo_against_sft(
     assert f"{99:032x}" not in sft_data.manifest.trace_ids  # the "other" run
     saved = json.loads((tmp_path / "work" / "data" / "sft" / "manifest.json").read_text())
     assert saved["content_hash"] == sft_data.manifest.content_hash
-    # SFT: trained from the base model, published, passed (1/2 > 0/2), activated
+    # SFT: trained from the base model, published, passed (6 paired wins of 8), activated
     assert report.sft.rows == 6 and report.sft.train.steps == 2
     assert report.sft.version.parent is None
     assert report.sft.gate.passed and report.sft.status == "active"
+    assert report.sft.gate.report == {"tasks": 8.0, "control": 0.0, "candidate": 0.75}
     # DPO continued the SFT adapter, was published as its child and did not beat it
     assert report.dpo is not None and report.dpo.rows == 3
     run = json.loads((Path(report.dpo.train.run_dir) / "run.json").read_text())
@@ -134,40 +146,65 @@ def test_sft_is_gated_against_the_baseline_and_dpo_against_sft(
     assert report.dpo.version.parent == report.sft.version.version
     assert not report.dpo.gate.passed and status(registry, "adder", 2) == "rejected"
     assert report.active is not None and report.active.version == 1
-    assert "  gate adder-v1: gate passed: val 0.500 vs active 0.000 -> active" in lines
+    assert (
+        "  gate adder-v1: gate passed: val 0.750 vs active 0.000 (+6/-0 paired on 8 tasks, "
+        "exact McNemar p=0.0156); report split 0.000 -> 0.750 -> candidate"
+    ) in lines
+    assert "  adder-v1: active (serving loads it before routing to it)" in lines
     assert lines[0] == "  datasets: sft 6 rows, dpo 3 pairs (from 6 + 6 traces)"
 
-    # a rerun reuses the finished runs and versions; the baseline is now the active adapter
+    # a rerun in the same work directory: every stage is done, nothing runs again
     asked.clear()
     again = _run(tiny_base, tmp_path, registry, evaluate)
-    # the same SFT adapter is the same version: not measured or gated against itself
+    assert asked == [] and again.skipped == ["dataset", "train", "publish", "gate", "activate"]
+    assert again.sft.version.version == 1 and again.sft.status == "active"
+
+    # gating again: the baseline is now the active adapter; the same SFT adapter is the same
+    # version, not measured or gated against itself
+    again = _run(tiny_base, tmp_path, registry, evaluate, redo=("gate",))
     assert [(c.stage, c.served_name) for c in asked] == [
         ("baseline", "adder-v1"),
         ("dpo", "adder-v2"),
     ]
-    assert again.sft.version.version == 1 and again.sft.train.fingerprint == (
-        report.sft.train.fingerprint
-    )
+    assert again.sft.train.fingerprint == report.sft.train.fingerprint
     assert again.sft.gate.reason.startswith("unchanged") and again.sft.status == "active"
     assert active_version(registry, "adder").version == 1  # type: ignore[union-attr]
     registry.close()
 
 
-def test_a_short_prompt_limit_skips_dpo_and_nothing_is_activated_unasked(
+def test_stages_resume_after_a_stop_and_a_passing_adapter_can_enter_a_rollout(
     tiny_base: str, tmp_path: Path
 ) -> None:
     registry = open_registry(tmp_path / "registry.db")
-    report = _run(
-        tiny_base,
-        tmp_path,
-        registry,
-        lambda c: Evaluation.of(_result(0 if c.stage == "baseline" else 2)),
-        max_dpo_prompt_chars=5,
-        activate=frozenset(),
-    )
-    assert report.dpo is None  # every pair's history is longer than 5 characters
-    assert report.sft.gate.passed and report.sft.status == "candidate"
-    assert report.active is None  # a candidate waits for a rollout
+    config = _config(tiny_base, max_dpo_prompt_chars=5, activate=frozenset())
+    evaluated: list[str | None] = []
+
+    def evaluate(c: Candidate) -> Evaluation:
+        evaluated.append(c.served_name)
+        return _evaluation(0 if c.stage == "baseline" else 7)
+
+    def pipeline() -> WeightsPipeline:
+        return WeightsPipeline(
+            _source(), config=config, registry=registry, workdir=tmp_path / "w",
+            evaluate=evaluate, tools=TOOLS,
+        )  # fmt: skip
+
+    first = pipeline()
+    with pytest.raises(ConfigError, match="needs the publish stage first"):
+        first.gate()
+    assert first.run(["dataset", "train"]) == []  # then the process stops
+    second = pipeline()  # a new process, the same work directory
+    assert second.run() == ["dataset", "train"]  # resumed at publish
+    assert evaluated == [None, "adder-v1"]  # every pair's history is longer than 5 chars
+    report = second.report()
+    assert report.dpo is None and report.sft.gate.passed
+    assert report.sft.status == "candidate" and report.active is None  # nothing asked
+
+    # a passing adapter as a rollout arm instead of active at once
+    second.activate(stages={"sft"}, rollout=(0.5, 1.0), min_dwell_s=0)
+    assert status(registry, "adder", 1) == "candidate"
+    exp = RolloutController(registry).running("adder", kind="adapter")
+    assert exp is not None and exp.candidates[0].version == 1 and exp.control.version is None
     registry.close()
 
 

@@ -57,14 +57,32 @@ def test_publish_gate_activate_rollback(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a candidate"):
         activate(reg, "shop", 1)
 
-    base = _evals({"t1": False, "t2": False})
+    tasks = [f"t{i}" for i in range(8)]
+    base = _evals(dict.fromkeys(tasks, False))
+    six = _evals({t: i < 6 for i, t in enumerate(tasks)})
     good = offline_gate(
-        candidate_val=_evals({"t1": True, "t2": False}),
+        candidate_val=six,
         active_val=base,
         candidate_guard=_evals({"g": True}),
         active_guard=_evals({"g": False}),
+        candidate_report=_evals({"r1": True, "r2": False}),
+        active_report=_evals({"r1": False, "r2": False}),
+        min_tasks=8,
     )
-    assert good.passed and good.candidate_val == 0.5
+    assert good.passed and good.candidate_val == 0.75 and (good.wins, good.losses) == (6, 0)
+    assert good.p_value == pytest.approx(0.5**6)
+    assert good.report == {"tasks": 2.0, "control": 0.0, "candidate": 0.5}  # reported only
+    # a raw rate win is no win: one task better of two is not significant
+    raw = offline_gate(
+        candidate_val=_evals({"t1": True, "t2": False}),
+        active_val=_evals({"t1": False, "t2": False}),
+        candidate_guard=_evals({}),
+        active_guard=_evals({}),
+        min_tasks=2,
+    )
+    assert not raw.passed and "no significant paired win" in raw.reason
+    few = offline_gate(candidate_val=six, active_val=base, candidate_guard=base, active_guard=base)
+    assert not few.passed and "too few tasks: 8 < 20" in few.reason
     apply_gate(reg, "shop", 1, good)
     assert status(reg, "shop", 1) == "candidate"
     activate(reg, "shop", 1)
@@ -79,10 +97,11 @@ def test_publish_gate_activate_rollback(tmp_path: Path) -> None:
     assert again.version == 1
     # better on val, but a P0 regression on the guard split: rejected
     bad = offline_gate(
-        candidate_val=_evals({"t1": True, "t2": True}),
-        active_val=_evals({"t1": True, "t2": False}),
+        candidate_val=six,
+        active_val=base,
         candidate_guard=_evals({"g": True}, p0={"g": False}),
         active_guard=_evals({"g": True}),
+        min_tasks=8,
     )
     assert not bad.passed and bad.p0_regressions == ["g"]
     apply_gate(reg, "shop", 2, bad)

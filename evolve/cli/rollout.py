@@ -1,0 +1,154 @@
+"""``evoharness rollout``: staged rollouts of any artifact kind (memory snapshots, guard-rule
+versions, adapter versions, skill sets; prompts too, which ``evoharness prompts`` also runs).
+
+``evoharness evolve cycle`` starts the rollouts of the memory snapshots and guard-rule
+versions it proves, ``evoharness weights activate --rollout`` those of adapters; these
+commands start one by hand, show it, let the decision engine decide from the traced
+sessions (``status --db ... --apply``), and promote or roll back by hand.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from evoharness.sdk import cli as sdk_cli
+from evoharness.sdk.cli.options import (
+    REGISTRY,
+    ActorOption,
+    MinDwellOption,
+    ReasonOption,
+    RegistryOption,
+    StagesOption,
+    ToleranceOption,
+)
+
+console = sdk_cli.console
+app = typer.Typer(
+    help="Staged rollouts of any artifact kind: start, status (decide), promote, rollback.",
+    no_args_is_help=True,
+)
+Kind = Annotated[str, typer.Argument(help="memory, guard_rules, adapter, skills or prompt")]
+Name = Annotated[str, typer.Argument(help="The artifact's name (e.g. default, policy)")]
+
+
+@app.command("start")
+def start(
+    kind: Kind,
+    name: Name,
+    version: Annotated[int, typer.Argument(help="The candidate version")],
+    stages: StagesOption = "0.1,0.3,1.0",
+    min_dwell_s: MinDwellOption = 3600.0,
+    tolerance: ToleranceOption = None,
+    reason: ReasonOption = "",
+    actor: ActorOption = "cli",
+    registry: RegistryOption = REGISTRY,
+) -> None:
+    """Start a staged rollout of VERSION against the active version (or, for a kind that
+    has none yet, against nothing served)."""
+    from evoharness.sdk.registry import open_registry
+    from evoharness.sdk.rollout import RolloutController, parse_stages, parse_tolerances
+
+    traffic, tolerances = parse_stages(stages), parse_tolerances(tolerance or [])
+    with open_registry(registry) as reg:
+        exp = RolloutController(reg).start(
+            name, version, kind=kind, stages=traffic, min_dwell_s=min_dwell_s,
+            tolerances=tolerances, actor=actor, reason=reason,
+        )  # fmt: skip
+    control = f"v{exp.control.version}" if exp.control.version is not None else "nothing"
+    console.print(
+        f"started {exp.id}: {kind}/{name} v{version} vs {control}, stages "
+        f"{', '.join(f'{s:.0%}' for s in exp.stages)}, dwell {min_dwell_s:g} s",
+        markup=False,
+    )
+
+
+@app.command("status")
+def status(
+    kind: Kind,
+    name: Name,
+    db: Annotated[
+        Path | None, typer.Option("--db", help="Trace store to read the arms' outcomes from.")
+    ] = None,
+    apply: Annotated[bool, typer.Option(help="Apply the decision (default: dry run).")] = False,
+    registry: RegistryOption = REGISTRY,
+) -> None:
+    """The rollout's state and recent decisions; with --db, the engine's decision now from
+    the judged sessions of each arm."""
+    from evoharness.harness.tracing import TraceStore
+    from evoharness.sdk.registry import open_registry
+    from evoharness.sdk.rollout import RolloutController
+    from evoharness.sdk.rollout.traces import outcomes_from_store
+
+    with open_registry(registry) as reg:
+        ctl = RolloutController(reg)
+        exp = ctl.current(name, kind=kind)
+        console.print(f"{kind}/{name}: labels {reg.labels(kind, name)}", markup=False)
+        if exp is None:
+            console.print("no rollout")
+            return
+        arms = ", ".join(f"{a.name}=v{a.version}" for a in [exp.control, *exp.candidates])
+        console.print(
+            f"{exp.id}: {exp.status}, stage {exp.stage + 1}/{len(exp.stages)} "
+            f"({exp.traffic:.0%} exposed), arms {arms}\nlast: {exp.reason}",
+            markup=False,
+        )
+        for d in ctl.decisions(exp.id)[-5:]:
+            console.print(f"  {d.action:<8} {escape(d.reason)}")
+        if db is None or not exp.running:
+            return
+        traces = TraceStore(db)
+        try:
+            outcomes = outcomes_from_store(traces, exp)
+        finally:
+            traces.close()
+        if apply:
+            d = ctl.evaluate(name, outcomes, kind=kind)
+        else:
+            d = ctl.engine.decide_outcomes(exp, outcomes, now=ctl.clock())
+    console.print(f"decision{'' if apply else ' (dry run)'}: {d.action}: {d.reason}", markup=False)
+
+
+@app.command("promote")
+def promote(
+    kind: Kind,
+    name: Name,
+    version: Annotated[int | None, typer.Option(help="Among several candidates")] = None,
+    reason: ReasonOption = "manual promote",
+    actor: ActorOption = "cli",
+    registry: RegistryOption = REGISTRY,
+) -> None:
+    """The running rollout's candidate goes to full traffic and becomes active (with none
+    running, --version becomes active)."""
+    from evoharness.sdk.registry import open_registry
+    from evoharness.sdk.rollout import RolloutController
+
+    with open_registry(registry) as reg:
+        d = RolloutController(reg).promote(
+            name, kind=kind, version=version, reason=reason, actor=actor
+        )
+        now = reg.labels(kind, name).get("active")
+    console.print(f"{kind}/{name}: {d.reason}; active is v{now}", markup=False)
+
+
+@app.command("rollback")
+def rollback(
+    kind: Kind,
+    name: Name,
+    reason: ReasonOption = "manual rollback",
+    actor: ActorOption = "cli",
+    registry: RegistryOption = REGISTRY,
+) -> None:
+    """End the running rollout (everyone new gets the control), or, with none running,
+    serve the version active before the last promote."""
+    from evoharness.sdk.registry import open_registry
+    from evoharness.sdk.rollout import RolloutController
+
+    with open_registry(registry) as reg:
+        d = RolloutController(reg).rollback(name, kind=kind, reason=reason, actor=actor)
+        now = reg.labels(kind, name).get("active")
+    active = f"v{now}" if now is not None else "nothing"
+    console.print(f"{kind}/{name}: {d.reason}; active is {active}", markup=False)

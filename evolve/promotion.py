@@ -1,0 +1,503 @@
+"""Proving a candidate before it goes live, the same way for every artifact kind.
+
+The rule (docs/evolve.md, "Promotion"): a candidate memory snapshot, guard-rule version,
+adapter version or skill set goes live only
+
+1. after a **paired offline evaluation** when the environment can replay tasks: the active
+   version and the candidate run the same tasks of a frozen **gate** split (an exact
+   one-sided McNemar test on the paired successes, with a minimum number of tasks) and of a
+   separate **guard** split (zero new P0 failures), and, for the numbers a report shows, a
+   **report** split that never decides anything;
+2. then through a **staged rollout** (:class:`~evoharness.sdk.rollout.RolloutController`:
+   sticky by user, stages, always-valid decisions, guard rollback).
+
+When the environment cannot replay (a plugin without a run side), the staged rollout alone
+proves it. Nothing goes live on a raw rate comparison. Direct activation
+(``Promotion(activate=True)``, ``evoharness evolve cycle --activate``) is an explicit opt-in
+for demos and tests that measure the next split at once.
+
+Offline runs here are untraced: they never enter the production trace store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from evoharness.evolve.environment import EvolveEnvironment
+from evoharness.evolve.judging.rubric import BASE_ITEMS
+from evoharness.evolve.prompting.evaluation import mcnemar_exact
+from evoharness.harness.errors import ConfigError
+from evoharness.sdk.environment import Environment
+from evoharness.sdk.memory.entries import MEMORY
+from evoharness.sdk.registry import Registry
+from evoharness.sdk.registry.guard_rules import GUARD_RULES, rules_of
+from evoharness.sdk.rollout import DEFAULT_STAGES, RolloutController
+from evoharness.sdk.runner import run_tasks
+from evoharness.sdk.session import (
+    ArtifactSource,
+    GuardRulesSource,
+    MemorySource,
+    Resolved,
+    SessionContext,
+)
+
+__all__ = [
+    "REJECTED",
+    "EvalResult",
+    "GateConfig",
+    "GateDecision",
+    "Promotion",
+    "PromotionResult",
+    "TaskEval",
+    "artifact_evaluator",
+    "p0_items",
+    "paired_gate",
+    "promote_candidate",
+    "replay",
+]
+
+REJECTED = "gate-rejected"
+"""The label event that records a candidate the offline gate turned down."""
+
+
+# -- results -------------------------------------------------------------------------------
+class TaskEval(BaseModel):
+    """One task's offline result."""
+
+    success: bool
+    p0_pass: bool = True
+
+
+class EvalResult(BaseModel):
+    """Offline results of one version on one split, per task."""
+
+    tasks: dict[str, TaskEval] = Field(default_factory=dict)
+
+    @property
+    def success_rate(self) -> float:
+        """Share of tasks solved."""
+        return sum(t.success for t in self.tasks.values()) / max(len(self.tasks), 1)
+
+
+# -- the gate ------------------------------------------------------------------------------
+class GateConfig(BaseModel):
+    """Which frozen splits prove a candidate, and how.
+
+    Attributes:
+        gate_split: The split the decision is made on.
+        guard_split: A separate split on which the candidate may add no P0 failure.
+        report_split: The split whose numbers are reported (never decides; ``None``: none).
+        alpha: Significance level of the one-sided exact McNemar test.
+        min_tasks: Least paired tasks on the gate split (fewer: rejected, "too few").
+        limit: Most tasks taken per split (``None``: all), the same ones for both arms.
+        min_gain: How much the candidate's gate success rate must exceed the control's.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gate_split: str = "val"
+    guard_split: str = "guard"
+    report_split: str | None = "test"
+    alpha: float = Field(0.05, gt=0, lt=1)
+    min_tasks: int = Field(20, ge=1)
+    limit: int | None = Field(None, ge=1)
+    min_gain: float = Field(0.0, ge=0.0)
+
+    @model_validator(mode="after")
+    def _separate(self) -> GateConfig:
+        if self.gate_split == self.guard_split:
+            raise ValueError(
+                f"the guard split must differ from the gate split ({self.gate_split!r}): a "
+                "P0 regression is looked for on tasks the decision did not use"
+            )
+        if self.report_split == self.gate_split:
+            raise ValueError(
+                f"the report split must differ from the gate split ({self.gate_split!r}): "
+                "reported numbers come from tasks that never drove the decision"
+            )
+        return self
+
+    @property
+    def splits(self) -> list[str]:
+        """Every split run: gate, guard, report."""
+        return [
+            self.gate_split,
+            self.guard_split,
+            *([self.report_split] if self.report_split else []),
+        ]
+
+
+class GateDecision(BaseModel):
+    """The offline gate's verdict on a candidate.
+
+    Attributes:
+        passed: A significant paired win on the gate split, enough tasks, no new P0 on the
+            guard split.
+        candidate_val: The candidate's success rate on the gate split.
+        active_val: The control's (active version's) success rate there.
+        p0_regressions: Guard tasks the control passed P0 on and the candidate fails.
+        reason: One line for the audit log, with the numbers.
+        tasks: Paired tasks on the gate split.
+        wins: Gate tasks the candidate solved and the control did not.
+        losses: Gate tasks the control solved and the candidate did not.
+        p_value: The exact McNemar p-value.
+        guard_tasks: Paired tasks on the guard split.
+        report: ``control``/``candidate`` success rates and ``tasks`` on the report split
+            (empty without one): what a report shows, decided by nothing.
+    """
+
+    passed: bool
+    candidate_val: float
+    active_val: float
+    p0_regressions: list[str] = Field(default_factory=list)
+    reason: str
+    tasks: int = 0
+    wins: int = 0
+    losses: int = 0
+    p_value: float = 1.0
+    guard_tasks: int = 0
+    report: dict[str, float] = Field(default_factory=dict)
+
+
+def paired_gate(
+    *,
+    candidate_val: EvalResult,
+    active_val: EvalResult,
+    candidate_guard: EvalResult,
+    active_guard: EvalResult,
+    candidate_report: EvalResult | None = None,
+    active_report: EvalResult | None = None,
+    alpha: float = 0.05,
+    min_tasks: int = 20,
+    min_gain: float = 0.0,
+) -> GateDecision:
+    """Compare a candidate with the active version, paired by task.
+
+    Both must have been run on the same tasks. The candidate passes with at least
+    ``min_tasks`` paired gate tasks, more wins than losses at exact McNemar p < ``alpha``,
+    a gain above ``min_gain``, and no guard task where the control passed P0 and it fails.
+
+    Raises:
+        ConfigError: The two were not run on the same gate tasks.
+    """
+    if set(candidate_val.tasks) != set(active_val.tasks):
+        raise ConfigError("the gate needs both versions evaluated on the same val tasks")
+    pairs = [(active_val.tasks[t], candidate_val.tasks[t]) for t in sorted(active_val.tasks)]
+    wins = sum(c.success and not a.success for a, c in pairs)
+    losses = sum(a.success and not c.success for a, c in pairs)
+    p = mcnemar_exact(wins, losses)
+    regressions = sorted(
+        t
+        for t, a in active_guard.tasks.items()
+        if a.p0_pass and t in candidate_guard.tasks and not candidate_guard.tasks[t].p0_pass
+    )
+    cand, act = candidate_val.success_rate, active_val.success_rate
+    report: dict[str, float] = {}
+    if candidate_report is not None and active_report is not None:
+        shared = set(candidate_report.tasks) & set(active_report.tasks)
+        n = max(len(shared), 1)
+        report = {
+            "tasks": float(len(shared)),
+            "control": sum(active_report.tasks[t].success for t in shared) / n,
+            "candidate": sum(candidate_report.tasks[t].success for t in shared) / n,
+        }
+    line = (
+        f"val {cand:.3f} vs active {act:.3f} (+{wins}/-{losses} paired on {len(pairs)} tasks, "
+        f"exact McNemar p={p:.4f})"
+    )
+    if regressions:
+        why = f"P0 regressions on the guard split: {', '.join(regressions[:5])}"
+    elif len(pairs) < min_tasks:
+        why = f"too few tasks: {len(pairs)} < {min_tasks}"
+    elif not (wins > losses and p < alpha):
+        why = f"no significant paired win at alpha {alpha}"
+    elif cand - act <= min_gain:
+        why = f"gain {cand - act:.3f} not above {min_gain}"
+    else:
+        why = ""
+    if report:
+        line += f"; report split {report['control']:.3f} -> {report['candidate']:.3f}"
+    passed = not why
+    return GateDecision(
+        passed=passed,
+        candidate_val=cand,
+        active_val=act,
+        p0_regressions=regressions,
+        reason=("gate passed: " if passed else f"gate rejected ({why}): ") + line,
+        tasks=len(pairs),
+        wins=wins,
+        losses=losses,
+        p_value=p,
+        guard_tasks=len(set(active_guard.tasks) & set(candidate_guard.tasks)),
+        report=report,
+    )
+
+
+# -- replaying tasks -----------------------------------------------------------------------
+def p0_items(plugin: EvolveEnvironment, runtime: Environment, split: str) -> frozenset[str]:
+    """The P0 rubric item ids a run of ``runtime``'s ``split`` can fail (built-in and the
+    environment's)."""
+    ids = {i.id for i in BASE_ITEMS if i.priority == "P0"}
+    ids |= {i.id for i in plugin.rubric_items("") if i.priority == "P0"}
+    for task in list(runtime.tasks(split))[:1]:
+        ids |= {i.id for i in plugin.rubric_items(task.request) if i.priority == "P0"}
+    return frozenset(ids)
+
+
+def replay(
+    runtime: Environment,
+    split: str,
+    *,
+    model_factory: Callable[[], Any],
+    p0_ids: frozenset[str],
+    artifacts: Sequence[ArtifactSource] = (),
+    limit: int | None = None,
+    concurrency: int = 4,
+) -> EvalResult:
+    """Run the first ``limit`` tasks of ``split`` through the environment's harness (the
+    same tasks every call), untraced, and score each with its checker."""
+    tasks = list(runtime.tasks(split))[:limit]
+    results = asyncio.run(
+        run_tasks(
+            runtime,
+            tasks,
+            model_factory=model_factory,
+            middleware_factory=runtime.harness_middleware,
+            concurrency=concurrency,
+            artifacts=artifacts,
+        )
+    )
+    return EvalResult(
+        tasks={
+            r.task_id: TaskEval(
+                success=r.success, p0_pass=not (set(r.failures) & p0_ids) and r.error is None
+            )
+            for r in results
+        }
+    )
+
+
+class _Fixed:
+    """A session source that serves one given version (an offline evaluation arm)."""
+
+    def __init__(self, source: Any, version: int | None, value: Any) -> None:
+        self.kind, self.name = source.kind, source.name
+        self._source, self._version, self._value = source, version, value
+
+    def resolve(self, context: SessionContext) -> Resolved:
+        if self._version is None:
+            return Resolved(self.kind, self.name)
+        return Resolved(self.kind, self.name, version=str(self._version), value=self._value)
+
+    def middleware(self) -> Any:
+        return self._source.middleware()
+
+
+def fixed_source(registry: Registry, kind: str, name: str, version: int | None) -> Any:
+    """A source serving exactly ``version`` of ``kind/name`` (``None``: nothing), for the
+    kinds the cycle publishes (memory snapshots, guard-rule versions).
+
+    Raises:
+        ConfigError: Another kind (its evaluation belongs to its own layer).
+    """
+    if kind == MEMORY:
+        memory = MemorySource(registry, name)
+        return _Fixed(memory, version, memory.retriever(version) if version else None)
+    if kind == GUARD_RULES:
+        rules = rules_of(registry.get(GUARD_RULES, name, version)) if version else None
+        return _Fixed(GuardRulesSource(registry, name), version, rules)
+    raise ConfigError(f"no offline replay of {kind} here; its layer evaluates it", field="kind")
+
+
+Evaluator = Callable[[int | None, int], GateDecision]
+"""``(control version or None, candidate version) -> the gate's decision``."""
+
+
+def artifact_evaluator(
+    plugin: EvolveEnvironment,
+    registry: Registry,
+    kind: str,
+    name: str,
+    *,
+    gate: GateConfig,
+    env_options: Mapping[str, Any] | None = None,
+) -> Evaluator | None:
+    """The paired offline evaluation of ``kind/name`` versions on ``plugin``'s run side
+    (its offline model through its harness, the version served through the session door),
+    or ``None`` when the plugin cannot replay tasks (no run side, or no such splits)."""
+    runtime = plugin.runtime(**dict(env_options or {}))
+    if runtime is None:
+        return None
+    try:
+        for split in gate.splits:
+            runtime.tasks(split)
+    except (ConfigError, KeyError, ValueError):
+        return None  # the environment has no such split: it cannot prove by replay
+    p0 = p0_items(plugin, runtime, gate.gate_split)
+
+    def run(version: int | None, split: str) -> EvalResult:
+        source = fixed_source(registry, kind, name, version)
+        return replay(
+            runtime,
+            split,
+            model_factory=runtime.offline_model,
+            p0_ids=p0,
+            artifacts=[source],
+            limit=gate.limit,
+        )
+
+    def evaluate(control: int | None, candidate: int) -> GateDecision:
+        arms = {v: {s: run(v, s) for s in gate.splits} for v in (control, candidate)}
+        report = gate.report_split
+        return paired_gate(
+            candidate_val=arms[candidate][gate.gate_split],
+            active_val=arms[control][gate.gate_split],
+            candidate_guard=arms[candidate][gate.guard_split],
+            active_guard=arms[control][gate.guard_split],
+            candidate_report=arms[candidate][report] if report else None,
+            active_report=arms[control][report] if report else None,
+            alpha=gate.alpha,
+            min_tasks=gate.min_tasks,
+            min_gain=gate.min_gain,
+        )
+
+    return evaluate
+
+
+# -- the promotion rule --------------------------------------------------------------------
+class Promotion(BaseModel):
+    """How a published candidate goes live.
+
+    Attributes:
+        activate: Make it active at once (the old "snapshot and activate"): an explicit
+            opt-in for demos and tests; nothing is proven.
+        gate: The paired offline evaluation, where the environment replays (``None``: the
+            staged rollout alone).
+        stages: The staged rollout's traffic per stage.
+        min_dwell_s: Least time per stage.
+        tolerances: Rollout tolerances per metric.
+        actor: Recorded on label moves and the rollout start.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    activate: bool = False
+    gate: GateConfig | None = Field(default_factory=GateConfig)
+    stages: tuple[float, ...] = tuple(DEFAULT_STAGES)
+    min_dwell_s: float = Field(3600.0, ge=0)
+    tolerances: dict[str, float] = Field(default_factory=dict)
+    actor: str = "evolve:promotion"
+
+
+PromotionStatus = Literal["active", "rollout", "rejected", "waiting", "unchanged"]
+
+
+class PromotionResult(BaseModel):
+    """What happened to one candidate.
+
+    Attributes:
+        kind: The artifact kind.
+        name: The artifact.
+        version: The candidate.
+        status: ``active`` (activated directly), ``rollout`` (a staged rollout started),
+            ``rejected`` (the gate, or an earlier rollout, turned it down), ``waiting``
+            (another rollout of the artifact runs) or ``unchanged`` (it is the active one).
+        reason: Why, in one line.
+        experiment_id: The rollout started.
+        gate: The offline gate's decision, when one ran.
+    """
+
+    kind: str
+    name: str
+    version: int
+    status: PromotionStatus
+    reason: str
+    experiment_id: str | None = None
+    gate: GateDecision | None = None
+
+
+def _tried(registry: Registry, ctl: RolloutController, kind: str, name: str, version: int) -> str:
+    """Why ``version`` was already turned down (``""``: it was not)."""
+    for e in reversed(registry.events(kind, name)):
+        if e.label == REJECTED and e.version == version:
+            return f"v{version} was rejected before: {e.reason}"
+    for exp in reversed(ctl.experiments.history(name, kind=kind)):
+        if exp.status == "rolled_back" and any(a.version == version for a in exp.candidates):
+            return f"v{version} was rolled back in {exp.id}: {exp.reason}"
+    return ""
+
+
+def promote_candidate(
+    registry: Registry,
+    kind: str,
+    name: str,
+    version: int,
+    *,
+    policy: Promotion,
+    evaluate: Evaluator | None = None,
+) -> PromotionResult:
+    """Apply the promotion rule to candidate ``version`` of ``kind/name``.
+
+    Directly active with ``policy.activate``; otherwise, unless the artifact is already
+    rolling out (the candidate waits) or this version was turned down before: the paired
+    offline evaluation with ``evaluate`` (a rejection is recorded as a ``gate-rejected``
+    label event), then a staged rollout from the policy's first stage.
+    """
+
+    def result(status: PromotionStatus, reason: str, **extra: Any) -> PromotionResult:
+        return PromotionResult(
+            kind=kind, name=name, version=version, status=status, reason=reason, **extra
+        )
+
+    active = registry.labels(kind, name).get("active")
+    if policy.activate:
+        if version != active:
+            registry.promote(
+                kind, name, version, actor=policy.actor, reason="activated directly (--activate)"
+            )
+        return result("active", "activated directly: explicit opt-in, nothing proven")
+    if version == active:
+        return result("unchanged", f"v{version} is already active")
+    ctl = RolloutController(registry)
+    running = ctl.running(name, kind=kind)
+    if running is not None:
+        return result(
+            "waiting",
+            f"rollout {running.id} of {kind}/{name} runs; v{version} waits for it to end",
+            experiment_id=running.id,
+        )
+    tried = _tried(registry, ctl, kind, name, version)
+    if tried:
+        return result("rejected", tried)
+    decision: GateDecision | None = None
+    if evaluate is not None and policy.gate is not None:
+        decision = evaluate(active, version)
+        if not decision.passed:
+            registry.set_label(
+                kind, name, REJECTED, version, actor=policy.actor, reason=decision.reason
+            )
+            if registry.labels(kind, name).get("candidate") == version:
+                registry.unlabel(kind, name, "candidate", actor=policy.actor, reason="rejected")
+            return result("rejected", decision.reason, gate=decision)
+    why = decision.reason if decision is not None else "no replay: the staged rollout proves it"
+    exp = ctl.start(
+        name,
+        version,
+        kind=kind,
+        stages=policy.stages,
+        min_dwell_s=policy.min_dwell_s,
+        tolerances=policy.tolerances,
+        actor=policy.actor,
+        reason=why,
+    )
+    stages = ", ".join(f"{s:.0%}" for s in exp.stages)
+    return result(
+        "rollout",
+        f"{why}; rollout {exp.id} started ({stages})",
+        experiment_id=exp.id,
+        gate=decision,
+    )

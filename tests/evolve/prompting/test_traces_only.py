@@ -23,7 +23,8 @@ RULE = "Call check_refund_policy before issue_refund."
 
 @pytest.fixture
 def judged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
-    """Six refunds that skip the policy check, judged and routed by ``evolve cycle``."""
+    """Six refunds that skip the policy check, judged and routed (``evolve judge`` and
+    ``evolve route``: no cycle has decided layers, so every cluster is the prompt layer's)."""
     monkeypatch.chdir(tmp_path)
     traces_db, registry_db = stores(tmp_path)
     store, registry = TraceStore(traces_db), open_registry(registry_db)
@@ -31,8 +32,9 @@ def judged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     assert store.flush()
     store.close()
     registry.close()
-    cycle = ["evolve", "cycle", "--db", str(traces_db), "--registry", str(registry_db)]
-    assert main([*cycle, "--state", "evolve.db", "--memory-path", "memory.db", "--env", ENV]) == 0
+    where = ["--db", str(traces_db), "--state", "evolve.db"]
+    assert main(["evolve", "judge", *where, "--env", ENV]) == 0
+    assert main(["evolve", "route", *where]) == 0
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("You handle refund requests.")
     create = ["prompts", "create", "refunds", "--file", str(prompt), "--activate"]

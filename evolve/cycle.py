@@ -23,6 +23,7 @@ from evoharness.evolve.promotion import (
     PromotionResult,
     artifact_evaluator,
     promote_candidate,
+    turned_down,
 )
 from evoharness.evolve.routing.layers import LayerDecision, LayerRouting, summarize_decisions
 from evoharness.evolve.routing.pools import RouteConfig, route_all
@@ -139,6 +140,10 @@ async def run_cycle(
     routed = route_all(episodes, verdicts, state, route_config)
     good = state.pool("strategy_candidate", batch)
     bad = state.pool("lesson_candidate", batch)
+    if promotion is not None:  # a candidate turned down leaves the working set
+        held, active = memory.held_version(), memory.active_version()
+        if held and held != active and turned_down(memory.registry, MEMORY, memory.name, held):
+            memory.checkout(active)
 
     before = memory.entries(include_retired=True)
     ops = proposer.propose(good, bad, [e for e in before.values() if not e.retired])

@@ -58,6 +58,7 @@ __all__ = [
     "paired_gate",
     "promote_candidate",
     "replay",
+    "turned_down",
 ]
 
 REJECTED = "gate-rejected"
@@ -418,6 +419,12 @@ class PromotionResult(BaseModel):
     reason: str
     experiment_id: str | None = None
     gate: GateDecision | None = None
+
+
+def turned_down(registry: Registry, kind: str, name: str, version: int) -> str:
+    """Why ``version`` of ``kind/name`` was turned down before — rejected by the gate or
+    rolled back in a rollout (``""``: it was not)."""
+    return _tried(registry, RolloutController(registry), kind, name, version)
 
 
 def _tried(registry: Registry, ctl: RolloutController, kind: str, name: str, version: int) -> str:

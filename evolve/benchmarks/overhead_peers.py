@@ -146,7 +146,7 @@ def _build(name: str, rounds: int, tmp: Path, counted: bool) -> Callable[[], Non
         from langfuse.langchain import CallbackHandler
 
         key = f"pk-lf-peers-{os.getpid()}"
-        client = Langfuse(
+        lf_client = Langfuse(
             public_key=key,
             secret_key="sk-lf-peers",
             base_url=os.environ[_ENV_LANGFUSE],
@@ -158,11 +158,13 @@ def _build(name: str, rounds: int, tmp: Path, counted: bool) -> Callable[[], Non
 
         def langfuse_handler() -> None:
             base.invoke(payload, traced_cfg)
-            client.flush()
+            lf_client.flush()
 
         return langfuse_handler
     if name == "openinference":
-        from openinference.instrumentation.langchain import LangChainInstrumentor
+        from openinference.instrumentation.langchain import (  # type: ignore[import-not-found]
+            LangChainInstrumentor,
+        )
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -384,7 +386,8 @@ def _timed(name: str, rounds: int, reps: int, env: dict[str, str]) -> list[float
 
 def available(names: Sequence[str]) -> tuple[list[str], list[str]]:
     """The variants whose libraries are installed, and those skipped."""
-    ok, skipped = [], []
+    ok: list[str] = []
+    skipped: list[str] = []
     for name in names:
         module = _NEEDS.get(name)
         found = True
@@ -409,7 +412,7 @@ def run(
     """Measure the variants, print the table, return their cost per two runs (or CPU
     seconds per run); the last line is machine-readable (module doc)."""
     names, skipped = available(variants or list(VARIANTS))
-    counted = method == "callgrind" or (method == "auto" and shutil.which("valgrind"))
+    counted = method == "callgrind" or (method == "auto" and shutil.which("valgrind") is not None)
     cost: dict[str, float] = {}
     with _Servers() as servers, tempfile.TemporaryDirectory() as tmp:
         env = child_env(servers.env)

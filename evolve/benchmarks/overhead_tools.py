@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import BaseModel
@@ -187,7 +187,7 @@ class Office:
         """The suite's tools (answers in YAML, as AgentDojo's tools answer)."""
 
         def dump(records: Sequence[BaseModel]) -> str:
-            return yaml.safe_dump([r.model_dump() for r in records], sort_keys=False)
+            return str(yaml.safe_dump([r.model_dump() for r in records], sort_keys=False))
 
         def search_emails(query: str) -> str:
             """Search the inbox for emails whose subject or body contains any query word."""

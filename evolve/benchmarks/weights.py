@@ -53,6 +53,7 @@ from evoharness.evolve.weights.datasets import Gates, tool_schemas
 from evoharness.evolve.weights.pipeline import (
     Candidate,
     Evaluation,
+    Step,
     WeightsLayerConfig,
     run_weights_layer,
 )
@@ -68,6 +69,9 @@ from evoharness.sdk.serving.local import BASE, AdapterPool, LocalChatModel
 
 Echo = Callable[[str], None]
 POLICY = "shop-policy"
+
+GATE_AGAIN: tuple[Step, ...] = ("gate",)
+"""What a rerun of the bench does again (the dataset and the adapters are reused)."""
 
 
 class _ReplyStats:
@@ -412,7 +416,7 @@ def run(
                 evaluate=evaluate,
                 tools=tool_schemas(env.tools_for(val[0])),
                 log=echo,
-                redo=("gate",),  # a rerun measures again (the rest is reused)
+                redo=GATE_AGAIN,  # a rerun measures again (the rest is reused)
             )
         finally:
             registry.close()

@@ -25,8 +25,23 @@ def bench_overhead(
     detail: Annotated[
         bool, typer.Option(help="Also time harness + tracing, and each behaviour's cost.")
     ] = False,
+    peers: Annotated[
+        bool,
+        typer.Option(
+            help="Ours (local, end to end into Langfuse) beside Langfuse's handler, LangSmith "
+            "and OpenInference, and the tool workload with context; callgrind when installed."
+        ),
+    ] = False,
+    peer: Annotated[
+        list[str] | None, typer.Option(help="With --peers: only these variants (repeatable).")
+    ] = None,
 ) -> None:
     """Bare create_agent vs. the full harness on a scripted tool loop."""
+    if peers:
+        from evoharness.evolve.benchmarks import overhead_peers
+
+        overhead_peers.run(rounds=rounds, echo=console.print, variants=peer)
+        return
     from evoharness.evolve.benchmarks import overhead
 
     overhead.run(rounds=rounds, reps=reps, echo=console.print, detail=detail)
@@ -119,7 +134,10 @@ def bench_weights(
     ] = None,
     workdir: Annotated[
         Path | None,
-        typer.Option(help="Work dir (default ~/.cache/evoharness/bench-weights; reruns reuse it)."),
+        typer.Option(
+            file_okay=False,
+            help="Work dir (default ~/.cache/evoharness/bench-weights; reruns reuse it).",
+        ),
     ] = None,
 ) -> None:
     """SmolLM2 as the shop agent: base vs LoRA SFT vs DPO on goodcase traces (CPU, ~40 min)."""
@@ -183,7 +201,10 @@ def bench_bfcl(
     ] = None,
     workdir: Annotated[
         Path | None,
-        typer.Option(help="Work dir (default ~/.cache/evoharness/bench-bfcl; reruns reuse it)."),
+        typer.Option(
+            file_okay=False,
+            help="Work dir (default ~/.cache/evoharness/bench-bfcl; reruns reuse it).",
+        ),
     ] = None,
 ) -> None:
     """Qwen2.5-Coder-0.5B on BFCL: base, harness, memory, prompt, weights from its own traffic."""
@@ -225,6 +246,16 @@ def bench_skills(
     )
 
 
+@app.command("cli")
+def bench_cli(
+    reps: Annotated[int, typer.Option(min=1, help="Runs per figure (the median is kept).")] = 5,
+) -> None:
+    """CPU seconds of --help, an argument error and a first output vs python -c pass."""
+    from evoharness.evolve.benchmarks import cli_start
+
+    cli_start.run(reps=reps, echo=lambda line: console.print(line, markup=False))
+
+
 # Register new benchmarks above this line (one ``@app.command("<name>")`` function each).
 
 
@@ -240,3 +271,4 @@ def bench_all() -> None:
     bench_judge_quality(policy_tasks=48, per_kind=8)
     bench_rollout(seeds=300, power_seeds=200, quick=False)
     bench_monitor(seeds=20, stable_seeds=40)
+    bench_cli(reps=5)

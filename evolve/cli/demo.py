@@ -177,7 +177,9 @@ def demo(
         typer.Option(help="Also train LoRA adapters (SFT, DPO) on SmolLM2; minutes on a CPU."),
     ] = False,
     weights_val_tasks: Annotated[int, typer.Option(min=1)] = 4,
-    workdir: Annotated[Path, typer.Option(help="Where the demo keeps its stores.")] = WORKDIR,
+    workdir: Annotated[
+        Path, typer.Option(file_okay=False, help="Where the demo keeps its stores.")
+    ] = WORKDIR,
 ) -> None:
     """The whole loop on the shop (SIMULATED policy): memory, prompt, rollout, report."""
     from evoharness.evolve.demo.prompts import run_prompt_demo

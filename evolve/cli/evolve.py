@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import re
+from collections import Counter
 from contextlib import ExitStack, closing
+from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from langchain_core.language_models import BaseChatModel
-from pydantic import SecretStr
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.markup import escape
 from rich.table import Table
 
 from evoharness.evolve.cli.options import (
@@ -25,29 +26,13 @@ from evoharness.evolve.cli.options import (
     SessionOption,
     StateOption,
     TemperatureOption,
+    VerboseOption,
     VotesOption,
 )
 from evoharness.evolve.cli.replay import replay
-from evoharness.evolve.cycle import run_cycle, summarize
-from evoharness.evolve.environment import (
-    EvolveEnvironment,
-    build_judge,
-    build_proposer,
-    build_rubrics,
-    load_plugin,
-)
-from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, LocalTraceSource
-from evoharness.evolve.judging.jobs import JudgePool, JudgeReport, judge_episodes, rank_groups
-from evoharness.evolve.judging.judge import Judge, LLMJudge, RelativeJudge
-from evoharness.evolve.judging.prompts import JUDGE_PROMPT_KIND, JudgePrompts
-from evoharness.evolve.judging.rubric import RubricGenerator
-from evoharness.evolve.judging.state import EvolveState
-from evoharness.evolve.memory.curation import LLMCurator
-from evoharness.evolve.routing.layers import LayerRouting
-from evoharness.evolve.routing.pools import route_all
-from evoharness.harness import ConfigError
-from evoharness.harness.tracing import TraceStore
+from evoharness.harness.errors import ConfigError
 from evoharness.sdk import cli as sdk_cli
+from evoharness.sdk.cli.console import progress_bar
 from evoharness.sdk.cli.options import (
     HOME,
     REGISTRY,
@@ -55,16 +40,31 @@ from evoharness.sdk.cli.options import (
     ApiKeyEnvOption,
     BaseUrlOption,
     ConcurrencyOption,
+    MinDwellOption,
     RegistryOption,
+    StagesOption,
     TagOption,
+    ToleranceOption,
     TraceDbOption,
 )
-from evoharness.sdk.environment import plugin_names
-from evoharness.sdk.executors import open_executor
-from evoharness.sdk.memory import MemoryStore
-from evoharness.sdk.registry import GuardRuleVersions, open_registry
+from evoharness.sdk.cli.stores import opened, sqlite_file, trace_store
+
+if TYPE_CHECKING:  # imported where they run: --help and argument errors need none of them
+    from langchain_core.language_models import BaseChatModel
+
+    from evoharness.evolve.environment import EvolveEnvironment
+    from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, LocalTraceSource
+    from evoharness.evolve.judging.jobs import JudgeReport
+    from evoharness.evolve.judging.judge import Judge, RelativeJudge
+    from evoharness.evolve.judging.rubric import RubricGenerator
+    from evoharness.evolve.judging.state import EvolveState
+    from evoharness.harness.tracing import TraceStore
+    from evoharness.sdk.memory import MemoryStore
+    from evoharness.sdk.registry import GuardRuleVersions
 
 console = sdk_cli.console
+SAMPLE_FAILURES = 3
+"""Judge failures printed with their trace ids (``--verbose``: all)."""
 app = typer.Typer(
     help="Judge traces, route cases, curate memory and guard rules.", no_args_is_help=True
 )
@@ -104,6 +104,9 @@ class JudgeSpec:
     def prompt(self, name: str) -> tuple[str | None, str | None]:
         """The active ``judge_prompt/<name>`` text and version from the registry (the
         built-in text is published as version 1 the first time)."""
+        from evoharness.evolve.judging.prompts import JUDGE_PROMPT_KIND, JudgePrompts
+        from evoharness.sdk.registry import open_registry
+
         if self.registry is None:
             return None, None
         with open_registry(self.registry) as registry:
@@ -114,6 +117,7 @@ class JudgeSpec:
     def chat_model(self) -> BaseChatModel:
         """The judge model (ChatOpenAI against ``base_url``)."""
         from langchain_openai import ChatOpenAI
+        from pydantic import SecretStr
 
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         if self.api_key_env and key is None:
@@ -134,6 +138,9 @@ class JudgeSpec:
 
     def grader(self, env: EvolveEnvironment) -> Judge:
         """The absolute grader (rules, plus the model with ``--judge llm``)."""
+        from evoharness.evolve.environment import build_judge
+        from evoharness.evolve.judging.judge import LLMJudge
+
         if self.kind != "llm":
             return build_judge(env)
         text, version = self.prompt("absolute")
@@ -142,6 +149,8 @@ class JudgeSpec:
 
     def ranker(self) -> RelativeJudge | None:
         """The relative judge with ``--judge relative``."""
+        from evoharness.evolve.judging.judge import RelativeJudge
+
         if self.kind != "relative":
             return None
         text, version = self.prompt("relative")
@@ -150,8 +159,19 @@ class JudgeSpec:
         )
 
 
+def judge_registry(registry: str) -> str:
+    """``--registry`` of a judging command, checked up front: it is read only with ``--judge
+    llm|relative`` (the judge prompts), but a folder or a file that is no database is
+    refused whatever the judge."""
+    if "://" not in registry:
+        sqlite_file("--registry", Path(registry))
+    return registry
+
+
 def pool_grader(env: str, spec: JudgeSpec) -> Judge:
     """Picklable factory for pool workers: the grader for ``env``."""
+    from evoharness.evolve.environment import load_plugin
+
     return spec.grader(load_plugin(env))
 
 
@@ -160,6 +180,8 @@ def pool_rubrics(env: str) -> RubricGenerator:
 
     Without a rubric model there is nothing to cache, so no cache database is opened (a
     ``RubricGenerator`` has no ``close()`` to release one)."""
+    from evoharness.evolve.environment import build_rubrics, load_plugin
+
     return build_rubrics(load_plugin(env))
 
 
@@ -175,14 +197,44 @@ def _flushed(source: LocalTraceSource) -> None:
 
 def _store(db: Path) -> TraceStore:
     """The trace store at ``db`` (the caller closes it)."""
-    if not db.exists():
-        raise ConfigError(f"no trace store at {db}; run `evoharness run` first or pass --db")
-    return TraceStore(db)
+    return trace_store(db)
+
+
+def _state(path: Path) -> EvolveState:
+    """The evolve state at ``path`` (created when missing; the caller closes it)."""
+    from evoharness.evolve.judging.state import EvolveState
+
+    return opened("--state", path, EvolveState)
+
+
+def _failures(state: EvolveState, failed: list[str], count: int, *, verbose: bool) -> list[str]:
+    """Why judging failed, as lines to print: the count, then up to :data:`SAMPLE_FAILURES`
+    errors with their trace ids (all with ``verbose``), from the evolve state's error column.
+    Errors that differ only in their trace id count as one kind."""
+    if not count:
+        return []
+    errors = [
+        (tid, " ".join(j.error.split())) for tid, j in state.lookup(failed).items() if j.error
+    ]
+    shown = errors if verbose else errors[:SAMPLE_FAILURES]
+    kinds = Counter(re.sub(r"\b[0-9a-f]{16,}\b", "<trace>", e)[:90] for _, e in errors)
+    common = "; ".join(f"{n}x {k}" for k, n in kinds.most_common(2))
+    hidden = len(errors) - len(shown)
+    more = f" ({hidden} more: --verbose shows all)" if hidden else ""
+    head = f"{count} judge failure(s)" + (f": {common}" if common else "")
+    return [head + more, *(f"  {tid}: {error[:300]}" for tid, error in shown)]
+
+
+def _say(lines: list[str], style: str = "red") -> None:
+    for i, line in enumerate(lines):
+        console.print(line, markup=False, style=style if i == 0 else None)
 
 
 def _filter(
     tag: list[str] | None, session: str | None = None, meta: list[str] | None = None
 ) -> EpisodeFilter:
+    from evoharness.evolve.episodes.traces import EpisodeFilter
+
     pairs: dict[str, Any] = {}
     for m in meta or []:
         key, sep, value = m.partition("=")
@@ -199,6 +251,8 @@ def _filter(
 
 def _say_unmatched(plugin: EvolveEnvironment, left_out: int, tags: set[str], total: int) -> None:
     """Say that traces were left out because ``plugin`` does not own them."""
+    from evoharness.sdk.environment import plugin_names
+
     if not left_out:
         return
     known = sorted(tags & set(plugin_names()) - {plugin.name})
@@ -228,6 +282,8 @@ def _owned(plugin: EvolveEnvironment, episodes: list[Episode]) -> list[Episode]:
 def _say_generic(
     plugin: EvolveEnvironment, report: JudgeReport | None = None, tags: set[str] | None = None
 ) -> None:
+    from evoharness.sdk.environment import plugin_names
+
     if plugin.checks() or plugin.score_evidence():
         return
     console.print(
@@ -279,12 +335,20 @@ def judge(
         typer.Option(help="Where workers run: processes, threads, ray or ray:<address>"),
     ] = "processes",
     registry: RegistryOption = REGISTRY,
+    verbose: VerboseOption = False,
 ) -> None:
     """Judge every trace that needs it (resumable) and write scores back to the store.
 
     Judged again: traces changed since, and everything judged with another judge or
     rubric version (or all of it with --rejudge). Traces still running wait.
     """
+    judge_registry(registry)
+    kind = executor.partition(":")[0]
+    if kind not in ("inline", "threads", "processes", "ray"):
+        raise ConfigError(
+            f"unknown --executor {executor!r}; use processes, threads, ray or ray:<address>",
+            field="executor",
+        )
     spec = JudgeSpec(
         judge_kind,
         model=judge_model,
@@ -294,7 +358,11 @@ def judge(
         temperature=temperature,
         registry=registry,
     )
-    plugin = load_plugin(env)
+    from evoharness.evolve.environment import load_plugin
+    from evoharness.evolve.episodes.traces import LocalTraceSource
+
+    with console.status(f"loading environment {env}"):
+        plugin = load_plugin(env)
     with closing(_store(db)) as store:
         _judge(
             LocalTraceSource(store),
@@ -308,6 +376,7 @@ def judge(
             concurrency=concurrency,
             workers=workers,
             executor=executor,
+            verbose=verbose,
         )
 
 
@@ -324,12 +393,18 @@ def _judge(
     concurrency: int,
     workers: int,
     executor: str,
+    verbose: bool = False,
 ) -> None:
     """The judge command's work on an open trace source (the caller closes it)."""
+    from evoharness.evolve.environment import build_rubrics
+    from evoharness.evolve.judging.jobs import JudgePool, judge_episodes, rank_groups
+    from evoharness.sdk.executors import open_executor
+
     episodes = _owned(plugin, list(source.episodes(where)))
     _say_other_judges(plugin, episodes)
     if workers > 1 or executor.startswith("ray"):
         with (
+            console.status(f"judging {len(episodes)} traces on {workers} {executor} workers"),
             open_executor(executor, workers=workers) as backend,
             JudgePool(
                 grader_factory=functools.partial(pool_grader, env, spec),
@@ -340,18 +415,18 @@ def _judge(
             ) as pool,
         ):
             report = pool.judge(episodes, concurrency=concurrency, rejudge=rejudge)
+        with closing(_state(state)) as st:  # the workers wrote their failures there
+            failures = _failures(st, [e.trace_id for e in episodes], report.failed, verbose=verbose)
     else:
-        with (
-            closing(EvolveState(state)) as st,
-            Progress(
-                TextColumn("judging"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                console=console,
-                transient=True,
-            ) as progress,
-        ):
-            bar = progress.add_task("judge", total=len(episodes))
+        failed: list[str] = []
+
+        def advance(trace_id: str, outcome: str) -> None:
+            progress.advance(bar)
+            if outcome == "failed":
+                failed.append(trace_id)
+
+        with closing(_state(state)) as st, progress_bar() as progress:
+            bar = progress.add_task("judging", total=len(episodes))
             ranker = spec.ranker()
 
             async def judge_then_rank() -> tuple[JudgeReport, JudgeReport | None]:
@@ -364,7 +439,7 @@ def _judge(
                     scores_to=source.store,
                     concurrency=concurrency,
                     rejudge=rejudge,
-                    on_progress=lambda *_: progress.advance(bar),
+                    on_progress=advance,
                 )
                 if ranker is None:
                     return judged, None
@@ -376,12 +451,14 @@ def _judge(
             report, ranked = asyncio.run(judge_then_rank())
             if ranked is not None:
                 console.print(f"ranked={ranked.judged} rank_failed={ranked.failed}")
+            failures = _failures(st, failed, report.failed, verbose=verbose)
         _flushed(source)
     console.print(
         f"judged={report.judged} skipped={report.skipped} failed={report.failed} "
         f"running={report.running} repaired={report.repaired} decided={report.decided} "
         f"undecided={report.undecided} good={report.good}"
     )
+    _say(failures)
     _say_generic(plugin, report, {t for e in episodes for t in e.tags})
 
 
@@ -395,7 +472,10 @@ def route(
 ) -> None:
     """Route judged traces into pools (SFT, strategies, guard, replay, preference, lessons,
     undecided)."""
-    with closing(_store(db)) as store, closing(EvolveState(state)) as st:
+    from evoharness.evolve.episodes.traces import LocalTraceSource
+    from evoharness.evolve.routing.pools import route_all
+
+    with closing(_store(db)) as store, closing(_state(state)) as st:
         episodes = list(LocalTraceSource(store).episodes(_filter(tag, session, meta)))
         added = route_all(episodes, st.verdicts(e.trace_id for e in episodes), st)
         sizes = st.pool_sizes()
@@ -404,7 +484,7 @@ def route(
     table.add_column("added", justify="right")
     table.add_column("total", justify="right")
     for name, n in added.items():
-        table.add_row(name, str(n), str(sizes.get(name, 0)))
+        table.add_row(escape(name), str(n), str(sizes.get(name, 0)))
     console.print(table)
 
 
@@ -418,21 +498,32 @@ def memory(
     registry: RegistryOption = REGISTRY,
 ) -> None:
     """Look at and manage the learned memory (snapshots in the registry, reversible)."""
-    with open_registry(registry) as artifacts, closing(MemoryStore(path, registry=artifacts)) as m:
+    from evoharness.sdk.registry import open_registry
+
+    with open_registry(registry) as artifacts, closing(_memory_store(path, artifacts)) as m:
         _memory(m, action, target, path)
+
+
+def _memory_store(path: Path, artifacts: Any, option: str = "--path") -> MemoryStore:
+    """The memory store at ``path`` snapshotting into ``artifacts`` (the caller closes it)."""
+    from evoharness.sdk.memory import MemoryStore
+
+    return opened(option, path, lambda p: MemoryStore(p, registry=artifacts))
 
 
 def _memory(store: MemoryStore, action: str, target: str | None, path: Path) -> None:
     if action == "list":
-        table = Table(title=f"memory {path}")
+        from evoharness.sdk.memory.entries import scope_label
+
+        table = Table(title=escape(f"memory {path}"))
         for col in ("id", "kind", "pattern", "summary", "conf", "+/-", "refs"):
             table.add_column(col, overflow="fold")
         for e in sorted(store.entries().values(), key=lambda e: (e.kind, e.id)):
             table.add_row(
-                e.id,
-                e.kind,
-                e.query_pattern,
-                e.summary,
+                escape(e.id),
+                escape(e.kind),
+                escape(scope_label(e)),
+                escape(e.summary),
                 f"{e.confidence:.2f}",
                 f"{e.helpful}/{e.harmful}",
                 str(len(e.references)),
@@ -440,22 +531,42 @@ def _memory(store: MemoryStore, action: str, target: str | None, path: Path) -> 
         console.print(table)
     elif action == "versions":
         active = store.active_version()
-        for version, created, note in store.versions():
-            mark = " (active)" if version == active else ""
-            console.print(f"v{version}{mark}  {created:.0f}  {note}")
-    elif action in ("export", "import") and target:
-        n = (
-            store.export_json(Path(target))
-            if action == "export"
-            else store.import_json(Path(target))
-        )
-        console.print(f"{action}: {n}")
+        versions = store.versions()
+        if not versions:
+            console.print(f"no memory versions yet in {path}; `evoharness evolve cycle` makes them")
+        labels = store.registry.labels("memory", store.name)
+        for version, created, note in versions:
+            named = sorted(k for k, v in labels.items() if v == version and k != "active")
+            mark = (" (active)" if version == active else "") + "".join(f" ({k})" for k in named)
+            console.print(f"v{version}{mark}  {_local_time(created)}  {note}", markup=False)
+    elif action == "export" and target:
+        console.print(f"export: {store.export_json(Path(target))}", markup=False)
+    elif action == "import" and target:
+        try:
+            n = store.import_json(Path(target))
+        except (UnicodeDecodeError, ValueError) as exc:  # not JSON, or not memory entries
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ConfigError(
+                f"{target} is not a memory export ({first}); pass a file written by "
+                "`evoharness evolve memory export FILE`",
+                field="target",
+            ) from exc
+        console.print(f"import: {n}", markup=False)
     elif action == "restore" and target and target.lstrip("v").isdigit():
         console.print(f"active: v{store.restore(int(target.lstrip('v')))}")
     elif action == "rollback":
         console.print(f"active: v{store.rollback()}")
     else:
-        raise ConfigError(f"bad memory command {action!r} {target or ''}".strip(), field="action")
+        raise ConfigError(
+            f"bad memory command {action!r}{f' {target!r}' if target else ''}; use list, "
+            "versions, export FILE, import FILE, restore vN or rollback",
+            field="action",
+        )
+
+
+def _local_time(at: float) -> str:
+    """``at`` (epoch seconds) as ISO local time to the second, with its UTC offset."""
+    return datetime.fromtimestamp(at).astimezone().isoformat(sep=" ", timespec="seconds")
 
 
 @app.command()
@@ -468,6 +579,11 @@ def guard(
     name: Annotated[str, typer.Option(help="Rule set (artifact name)")] = "default",
 ) -> None:
     """Show the active output-guard rules, roll back, list versions, export or import a file."""
+    from evoharness.sdk.registry import GuardRuleVersions, open_registry
+
+    if not name.strip():
+        raise ConfigError("--name is empty; name the rule set (default: default)", field="name")
+
     with open_registry(registry) as artifacts:
         _guard(GuardRuleVersions(artifacts, name), action, target)
 
@@ -476,8 +592,16 @@ def _guard(files: GuardRuleVersions, action: str, target: Path | None) -> None:
     if action == "rollback":
         console.print(f"now v{files.rollback(reason='cli rollback').version}")
     elif action == "versions":
-        for v in files.versions():
-            console.print(f"v{v}" + (" (active)" if v == files.load().version else ""))
+        versions = files.versions()
+        if not versions:
+            console.print(
+                "no guard rule versions yet; `evoharness evolve cycle` proposes them, or "
+                "`evoharness evolve guard import FILE`",
+                markup=False,
+            )
+        active = files.load().version if versions else None
+        for v in versions:
+            console.print(f"v{v}" + (" (active)" if v == active else ""))
         return
     elif action in ("export", "import") and target is not None:
         done = files.export_json(target) if action == "export" else files.import_json(target)
@@ -492,7 +616,7 @@ def _guard(files: GuardRuleVersions, action: str, target: Path | None) -> None:
     current = files.load()
     console.print(f"guard rules v{current.version} ({len(current.rules)} rules)")
     for r in current.rules:
-        console.print(f"- {r.name}: {r.pattern} ({r.action}, {r.source})")
+        console.print(f"- {r.name}: {r.pattern} ({r.action}, {r.source})", markup=False)
 
 
 @app.command()
@@ -527,8 +651,38 @@ def cycle(
         ),
     ] = False,
     concurrency: ConcurrencyOption = 8,
+    verbose: VerboseOption = False,
+    activate: Annotated[
+        bool,
+        typer.Option(
+            "--activate",
+            help="Activate the new memory snapshot and guard rules at once (unproven: an "
+            "explicit opt-in for demos and tests); default: publish them as candidates, "
+            "prove them (paired replay where the environment can, then a staged rollout)",
+        ),
+    ] = False,
+    stages: StagesOption = "0.1,0.3,1.0",
+    min_dwell_s: MinDwellOption = 3600.0,
+    tolerance: ToleranceOption = None,
+    gate_splits: Annotated[
+        str,
+        typer.Option(
+            help="GATE,GUARD[,REPORT] splits of the environment's run side for the paired "
+            "offline evaluation of candidates (skipped when it has no run side)"
+        ),
+    ] = "val,guard,test",
+    min_tasks: Annotated[int, typer.Option(min=1, help="Least paired gate tasks")] = 20,
+    gate_limit: Annotated[int | None, typer.Option(min=1, help="Most tasks per split")] = None,
 ) -> None:
-    """collect -> judge -> route -> curate, in one resumable run."""
+    """collect -> judge -> route -> curate -> decide, in one resumable run; new memory and
+    guard rules are published as candidates and proven before they go live."""
+    from evoharness.evolve.cycle import run_cycle, summarize
+    from evoharness.evolve.environment import build_proposer, build_rubrics, load_plugin
+    from evoharness.evolve.episodes.traces import LocalTraceSource
+    from evoharness.evolve.memory.curation import LLMCurator
+    from evoharness.evolve.routing.layers import LayerRouting
+    from evoharness.sdk.registry import GuardRuleVersions, open_registry
+
     if curator not in ("rule", "llm"):
         raise ConfigError(f"unknown --curator {curator!r}; use rule or llm", field="curator")
     if curator == "llm" and not judge_model:
@@ -545,19 +699,37 @@ def cycle(
         temperature=temperature,
         registry=registry,
     )
-    plugin = load_plugin(env)
+    promotion = _promotion(
+        activate, stages, min_dwell_s, tolerance, gate_splits, min_tasks, gate_limit
+    )
+    with console.status(f"loading environment {env}"):
+        plugin = load_plugin(env)
     where = _filter(tag, session, meta)
-    with ExitStack() as opened:  # every store closed, also when the cycle fails
-        source = LocalTraceSource(opened.enter_context(closing(_store(db))))
-        artifacts = opened.enter_context(open_registry(registry))
+    failed: list[str] = []
+    outcomes: Counter[str] = Counter()
+
+    def judged(trace_id: str, outcome: str) -> None:
+        outcomes[outcome] += 1
+        if outcome == "failed":
+            failed.append(trace_id)
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items()))
+        status.update(f"evolve cycle ({plugin.name}): judging: {counts}")
+
+    with ExitStack() as stack:  # every store closed, also when the cycle fails
+        source = LocalTraceSource(stack.enter_context(closing(_store(db))))
+        artifacts = stack.enter_context(open_registry(registry))
+        st = stack.enter_context(closing(_state(state)))
+        status = stack.enter_context(console.status(f"evolve cycle ({plugin.name}): reading"))
         report = asyncio.run(
             run_cycle(
                 source,
                 where=where,
                 grader=spec.grader(plugin),
                 rubrics=build_rubrics(plugin),
-                state=opened.enter_context(closing(EvolveState(state))),
-                memory=opened.enter_context(closing(MemoryStore(memory_path, registry=artifacts))),
+                state=st,
+                memory=stack.enter_context(
+                    closing(_memory_store(memory_path, artifacts, "--memory-path"))
+                ),
                 proposer=(
                     LLMCurator(spec.chat_model(), fallback=build_proposer(plugin))
                     if curator == "llm"
@@ -570,18 +742,84 @@ def cycle(
                 owns=plugin.owns,
                 since_last=f"cycle:{env}" if since_last else None,
                 layers=LayerRouting(env=plugin),
+                on_progress=judged,
+                promotion=promotion,
+                replay_env=plugin,
             )
         )
+        status.stop()
+        failures = _failures(st, failed, report.judge.failed, verbose=verbose)
         _flushed(source)
     _say_unmatched(
         plugin, report.unmatched, set(report.unmatched_tags), report.unmatched + report.episodes
     )
-    table = Table(title=f"evolve cycle ({plugin.name})")
+    table = Table(title=escape(f"evolve cycle ({plugin.name})"))
     table.add_column("what")
     table.add_column("value", justify="right")
     for k, v in summarize(report).items():
-        table.add_row(k, str(v))
+        table.add_row(escape(k), escape(str(v)))
     console.print(table)
     if report.guard_diff:
-        console.print(report.guard_diff)
+        console.print(report.guard_diff, markup=False)
+    _say(failures)
+    _say_decisions(report)
     _say_generic(plugin, report.judge, set(report.tags))
+
+
+def _promotion(
+    activate: bool,
+    stages: str,
+    min_dwell_s: float,
+    tolerance: list[str] | None,
+    gate_splits: str,
+    min_tasks: int,
+    gate_limit: int | None,
+) -> Any:
+    """The cycle's promotion rule from its options (checked before any work is done)."""
+    from evoharness.evolve.promotion import GateConfig, Promotion
+    from evoharness.sdk.rollout import parse_stages, parse_tolerances
+
+    names = [x.strip() for x in gate_splits.split(",") if x.strip()]
+    if len(names) not in (2, 3):
+        raise ConfigError(
+            f"--gate-splits {gate_splits!r}: write GATE,GUARD[,REPORT], e.g. val,guard,test",
+            field="gate_splits",
+        )
+    try:
+        gate = GateConfig(
+            gate_split=names[0],
+            guard_split=names[1],
+            report_split=names[2] if len(names) == 3 else None,
+            min_tasks=min_tasks,
+            limit=gate_limit,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc).splitlines()[-1], field="gate_splits") from exc
+    return Promotion(
+        activate=activate,
+        gate=gate,
+        stages=tuple(parse_stages(stages)),
+        min_dwell_s=min_dwell_s,
+        tolerances=parse_tolerances(tolerance or []),
+        actor="evoharness evolve cycle",
+    )
+
+
+def _say_decisions(report: Any) -> None:
+    """What happened to the candidates, and what the decisions hand to the other layers."""
+    for what, got in (("memory", report.memory_promotion), ("guard rules", report.guard_promotion)):
+        if got is not None:
+            console.print(f"{what} v{got.version}: {got.status}: {escape(got.reason)}")
+    hand = {
+        "prompt_proposal": "evoharness prompt-evolve propose",
+        "training_dataset": "evoharness weights dataset",
+        "ops": "evoharness monitor (ops findings)",
+    }
+    for action, command in hand.items():
+        clusters = [d.cluster for d in report.decisions if d.action == action]
+        if clusters:
+            console.print(
+                f"{action}: {escape(', '.join(clusters[:6]))}"
+                + (f" (+{len(clusters) - 6} more)" if len(clusters) > 6 else "")
+                + f" -> {command}"
+            )

@@ -7,27 +7,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from evoharness.evolve.cli.options import StateOption
-from evoharness.evolve.environment import load_plugin, runtime_of
-from evoharness.evolve.judging.state import EvolveState
-from evoharness.evolve.prompting import (
-    EvalResults,
-    PairedEvaluation,
-    PromptLayerConfig,
-    PromptLayerReport,
-    Proposal,
-    SimulatedReflector,
-    ensure_prompt,
-    run_prompt_layer,
-)
-from evoharness.evolve.prompting.layer import hand_off, record_proposal
-from evoharness.harness import ConfigError
-from evoharness.harness.tracing.provenance import eval_store_path
+from evoharness.harness.errors import ConfigError
 from evoharness.sdk import cli as sdk_cli
 from evoharness.sdk.cli.options import (
     HOME,
@@ -43,10 +29,10 @@ from evoharness.sdk.cli.options import (
     ToleranceOption,
     TraceDbOption,
 )
-from evoharness.sdk.prompts import RegistryPromptStore
-from evoharness.sdk.registry import open_registry
-from evoharness.sdk.rollout import parse_stages, parse_tolerances
-from evoharness.sdk.session import PROMPT
+from evoharness.sdk.cli.stores import opened, sqlite_file
+
+if TYPE_CHECKING:  # imported where they run: --help and argument errors need none of them
+    from evoharness.evolve.prompting import PromptLayerReport, Proposal
 
 console = sdk_cli.console
 app = typer.Typer(
@@ -56,7 +42,10 @@ app = typer.Typer(
 )
 Prompt = Annotated[str | None, typer.Option(help="Prompt name (default: the environment's)")]
 Results = Annotated[Path, typer.Option(help="Resumable store of finished evaluation runs")]
-Memory = Annotated[Path | None, typer.Option(help="Memory store injected into every run")]
+Memory = Annotated[
+    Path | None,
+    typer.Option(exists=True, dir_okay=False, help="Memory store injected into every run"),
+]
 ValSplit = Annotated[str, typer.Option(help="Frozen validation split")]
 GuardSplit = Annotated[str, typer.Option(help="Guard split (no P0 regression allowed)")]
 Seed = Annotated[int, typer.Option(help="Environment seed (the same faults for both arms)")]
@@ -64,6 +53,8 @@ Seed = Annotated[int, typer.Option(help="Environment seed (the same faults for b
 
 def _rollout(stages: str, min_dwell_s: float, tolerance: list[str] | None) -> dict[str, Any]:
     """The rollout settings of PromptLayerConfig, checked before any work is done."""
+    from evoharness.sdk.rollout import parse_stages, parse_tolerances
+
     return {
         "stages": tuple(parse_stages(stages)),
         "min_dwell_s": min_dwell_s,
@@ -71,11 +62,20 @@ def _rollout(stages: str, min_dwell_s: float, tolerance: list[str] | None) -> di
     }
 
 
+def _stores(*, db: Path, eval_db: Path | None, memory: Path | None) -> None:
+    """The stores the evaluation opens later, checked before any work: SQLite files or
+    none yet (the memory store must exist)."""
+    for option, path in (("--db", db), ("--eval-db", eval_db), ("--memory", memory)):
+        sqlite_file(option, path)
+
+
 def _options(seed: int) -> dict[str, Any]:
     return {"seed": seed} if seed else {}
 
 
 def _ids(env: str, split: str, limit: int | None, seed: int, skip: set[str]) -> list[str]:
+    from evoharness.evolve.environment import load_plugin, runtime_of
+
     world = runtime_of(load_plugin(env), **_options(seed))
     ids = [t.task_id for t in world.tasks(split) if t.task_id not in skip]
     return ids[:limit] if limit else ids
@@ -84,6 +84,8 @@ def _ids(env: str, split: str, limit: int | None, seed: int, skip: set[str]) -> 
 def _reflection(
     reflector: str, model: str | None, base_url: str | None, key_env: str | None
 ) -> Any:
+    from evoharness.evolve.prompting import SimulatedReflector
+
     if reflector == "simulated":
         return SimulatedReflector(), None
     if reflector != "llm" or not model:
@@ -103,17 +105,18 @@ def _print(report: PromptLayerReport) -> None:
     console.print(
         f"prompt {report.prompt}: active v{report.active}; "
         f"{len(report.clusters)} cluster(s): "
-        + ", ".join(f"{c.key} ({c.size})" for c in report.clusters)
+        + ", ".join(f"{c.key} ({c.size})" for c in report.clusters),
+        markup=False,
     )
     if report.note:
-        console.print(escape(report.note))
+        console.print(report.note, markup=False)
     for p in report.proposals:
         _proposal(p)
 
 
 def _proposal(p: Proposal) -> None:
     v = f"v{p.version}" if p.version is not None else "-"
-    console.print(f"[bold]{p.status}[/bold] {v}: {escape(p.reason)}")
+    console.print(f"[bold]{escape(p.status)}[/bold] {v}: {escape(p.reason)}")
     for r in p.rules:
         console.print(f"  + {escape(r)}")
     if p.evaluation is not None:
@@ -124,7 +127,7 @@ def _proposal(p: Proposal) -> None:
             f"{e.reused} resumed"
         )
     if p.experiment_id:
-        console.print(f"  rollout {p.experiment_id} started at stage one")
+        console.print(f"  rollout {p.experiment_id} started at stage one", markup=False)
 
 
 @app.command("propose")
@@ -157,16 +160,50 @@ def propose(
     stages: StagesOption = "0.1,0.3,1.0",
     min_dwell_s: MinDwellOption = 3600.0,
     tolerance: ToleranceOption = None,
+    decisions_name: Annotated[
+        str,
+        typer.Option(
+            "--decisions",
+            help="The cycle's layer decisions to follow (layer_decisions/<name>, the memory "
+            "name): only the clusters decided for the prompt layer are proposed on",
+        ),
+    ] = "default",
 ) -> None:
-    """Cluster the bad cases, propose a prompt edit, gate it, and (by default) evaluate it
-    paired and hand an accepted one to the rollout (--stages, --min-dwell-s, --tolerance)."""
+    """Propose a prompt edit for the clusters the last evolve cycle decided for the prompt
+    layer (never one memory fixed), gate it, and (by default) evaluate it paired and hand an
+    accepted one to the rollout (--stages, --min-dwell-s, --tolerance)."""
+    from evoharness.evolve.environment import load_plugin
+    from evoharness.evolve.judging.state import EvolveState
+    from evoharness.evolve.prompting import (
+        EvalResults,
+        PromptLayerConfig,
+        ensure_prompt,
+        run_prompt_layer,
+    )
+    from evoharness.evolve.routing.layers import latest_decisions, prompt_clusters
+    from evoharness.harness.tracing.provenance import eval_store_path
+    from evoharness.sdk.registry import open_registry
+    from evoharness.sdk.session import PROMPT
+
+    _stores(db=db, eval_db=eval_db, memory=memory)
+    if search not in ("gepa", "direct"):
+        raise ConfigError(f"unknown --search {search!r}; use gepa or direct", field="search")
+    if model is not None and not model.strip():
+        raise ConfigError("--model is empty; name the reflection model", field="model")
     rollout = _rollout(stages, min_dwell_s, tolerance)
     reflect, chat = _reflection(reflector, model, base_url, api_key_env)
     name = prompt or env
     reg = open_registry(registry)
-    st = EvolveState(state)
+    try:
+        st = opened("--state", state, EvolveState)
+    except BaseException:
+        reg.close()
+        raise
     try:
         packages = st.pool("lesson_candidate")
+        decisions = latest_decisions(reg, decisions_name)
+        if not decisions:
+            console.print("no layer decisions recorded yet: proposing on every bad-case cluster")
         world = load_plugin(env).runtime(**_options(seed))
         if world is not None:
             ensure_prompt(reg, name, world.system_prompt())
@@ -188,13 +225,14 @@ def propose(
                 guard_split,
                 _ids(env, guard_split, guard_limit, seed, search_ids) if world else [],
             ),
-            results=results,
+            results=opened("--results", results, EvalResults),
             search_split=search_split,
             reflector=reflect,
             reflection_model=chat,
             env_options=_options(seed),
             trace_db=eval_db or eval_store_path(db),
             memory_db=memory,
+            decided=prompt_clusters(decisions) if decisions else None,
             config=PromptLayerConfig(search=search, search_budget=budget, **rollout),
             evaluate=evaluate,
         )
@@ -206,7 +244,7 @@ def propose(
 
 @app.command("evaluate")
 def evaluate(
-    candidate: Annotated[int, typer.Argument(help="Candidate version")],
+    candidate: Annotated[int, typer.Argument(min=1, help="Candidate version")],
     env: EnvOption = "shop",
     prompt: Prompt = None,
     registry: RegistryOption = REGISTRY,
@@ -227,7 +265,22 @@ def evaluate(
 ) -> None:
     """Paired evaluation of CANDIDATE against the active version (resumable: rerun after
     a crash and only the missing runs run); accepted -> rollout stage one."""
+    from evoharness.evolve.environment import load_plugin
+    from evoharness.evolve.prompting import (
+        EvalResults,
+        PairedEvaluation,
+        PromptLayerConfig,
+        Proposal,
+    )
+    from evoharness.evolve.prompting.layer import hand_off, record_proposal
+    from evoharness.harness.tracing.provenance import eval_store_path
+    from evoharness.sdk.prompts import RegistryPromptStore
+    from evoharness.sdk.registry import open_registry
+
+    _stores(db=db, eval_db=eval_db, memory=memory)
     rollout = _rollout(stages, min_dwell_s, tolerance)
+    with console.status(f"loading environment {env}"):
+        load_plugin(env)  # a broken --env is refused before the registry is read
     name = prompt or env
     reg = open_registry(registry)
     try:
@@ -236,7 +289,7 @@ def evaluate(
         cand = store.get(name, candidate)
         ev = PairedEvaluation(
             env,
-            EvalResults(results),
+            opened("--results", results, EvalResults),
             env_options=_options(seed),
             trace_db=eval_db or eval_store_path(db),
             memory_db=memory,

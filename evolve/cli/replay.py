@@ -34,6 +34,7 @@ from evoharness.sdk.cli.options import (
     ConcurrencyOption,
     RegistryOption,
 )
+from evoharness.sdk.cli.stores import opened
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -120,7 +121,7 @@ def replay(
     scores >= 0.75, beats the original by >= 15 points, is 100% well-formed and <= 16K
     tokens enters the SFT pool. Resumable: a case already replayed by the model is read
     back, not run again."""
-    from evoharness.evolve.cli.evolve import JudgeSpec
+    from evoharness.evolve.cli.evolve import JudgeSpec, judge_registry
     from evoharness.evolve.environment import build_rubrics, load_plugin, runtime_of
     from evoharness.evolve.judging.state import EvolveState
     from evoharness.evolve.routing.replay import ReplayGate, replay_bad_cases
@@ -135,13 +136,13 @@ def replay(
         api_key_env=api_key_env,
         votes=votes,
         temperature=temperature,
-        registry=str(registry),
+        registry=judge_registry(str(registry)),
     )
     plugin = load_plugin(env)
     world = runtime_of(plugin)  # a replay runs the case again: it needs the run side
     with ExitStack() as stack:
-        st = stack.enter_context(closing(EvolveState(state)))
-        store = stack.enter_context(closing(TraceStore(replay_db)))
+        st = stack.enter_context(closing(opened("--state", state, EvolveState)))
+        store = stack.enter_context(closing(opened("--replay-db", replay_db, TraceStore)))
         with console.status(f"replaying the P1 bad cases of {plugin.name}"):
             report = asyncio.run(
                 replay_bad_cases(

@@ -33,7 +33,7 @@ from evoharness.sdk.cli.error_line import (
 from evoharness.sdk.cli.options import TRACE_DB
 from evoharness.sdk.runtime import inline_untraced_bookkeeping
 
-__all__ = ["GROUPS", "TRACE_DB", "build_app", "console", "main", "run_app"]
+__all__ = ["GROUPS", "NAMES", "TRACE_DB", "build_app", "command_of", "console", "main", "run_app"]
 
 # The SDK's command groups (name, Typer app); ``run`` is a single command.
 GROUPS: list[tuple[str, typer.Typer]] = [
@@ -41,6 +41,8 @@ GROUPS: list[tuple[str, typer.Typer]] = [
     ("prompts", prompts.app),
     ("registry", registry.app),
 ]
+NAMES = ["run", *(name for name, _ in GROUPS)]
+"""Every top-level command and group of :func:`build_app`."""
 
 
 def _version(value: bool) -> None:
@@ -63,8 +65,12 @@ def _root(
     """evoharness: a production harness for LangChain agents."""
 
 
-def build_app() -> typer.Typer:
-    """A fresh root app with the SDK's commands (``run``, ``traces``, ``prompts``, ``registry``)."""
+def build_app(only: str | None = None) -> typer.Typer:
+    """A fresh root app with the SDK's commands (``run``, ``traces``, ``prompts``, ``registry``).
+
+    With ``only``, the root and that one command or group: what one invocation needs (typer
+    reads every mounted command's signature on each call; see :func:`command_of`).
+    """
     app = typer.Typer(
         name="evoharness",
         help="Run agents inside the evoharness harness and evolve them from their traces.",
@@ -73,10 +79,20 @@ def build_app() -> typer.Typer:
         pretty_exceptions_enable=False,
     )
     app.callback()(_root)
-    app.command("run")(run_cmd.run)
+    if only in (None, "run"):
+        app.command("run")(run_cmd.run)
     for name, group in GROUPS:
-        app.add_typer(group, name=name)
+        if only in (None, name):
+            app.add_typer(group, name=name)
     return app
+
+
+def command_of(argv: Sequence[str], names: Sequence[str]) -> str | None:
+    """The command or group ``argv`` invokes, when it is one of ``names`` (the root options
+    take no values, so it is the first word that is not an option); else ``None``: the
+    root's help, or an unknown command whose error lists them all."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in names else None
 
 
 def run_app(app: typer.Typer, argv: Sequence[str] | None = None) -> int:
@@ -112,4 +128,5 @@ def run_app(app: typer.Typer, argv: Sequence[str] | None = None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The SDK-only CLI (:func:`build_app`); the full CLI is ``evoharness.evolve.cli.main``."""
-    return run_app(build_app(), argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    return run_app(build_app(command_of(args, NAMES)), args)

@@ -25,8 +25,7 @@ T = TypeVar("T")
 def opened(option: str, path: Path, open_: Callable[[Path], T]) -> T:
     """``open_(path)``; a folder at ``path``, or a file SQLite cannot read, is a ConfigError
     naming ``option`` and the fix."""
-    if path.is_dir():
-        raise ConfigError(f"{option} {path} is a folder; pass a SQLite file", field=option)
+    sqlite_file(option, path)
     try:
         return open_(path)
     except sqlite3.DatabaseError as exc:  # includes OperationalError: cannot open

@@ -225,7 +225,7 @@ class MemoryStore:
         """Publish ``entries`` as a memory version and make it active (or label it
         ``candidate``): a delta against the snapshot the live rows hold when they hold one,
         else every entry."""
-        held = self._held()
+        held = self._held() or None  # 0: the rows were checked out to no snapshot
         with self._lock:
             known = self._known_now()
         meta = {"note": note}
@@ -275,10 +275,16 @@ class MemoryStore:
         self._write(entries, version)
         return version
 
+    def checkout(self, version: int | None) -> None:
+        """Make the live rows (curation's working set) hold snapshot ``version`` (``None``:
+        no entry) without moving any label: after a candidate was turned down, curation
+        starts again from the active snapshot."""
+        self._write(self._load(version) if version is not None else {}, version or 0)
+
     def held_version(self) -> int | None:
         """The snapshot the live entries were last written from (the latest candidate, or
         the active one); ``None`` before the first."""
-        return self._held()
+        return self._held() or None
 
     def versions(self) -> list[tuple[int, float, str]]:
         """(version, created_at, note) of every snapshot, oldest first."""

@@ -41,6 +41,7 @@ def test_a_lesson_learned_by_evolve_cycle_reaches_the_next_session_and_rolls_bac
 
     cycle = ["evolve", "cycle", "--db", str(traces_db), "--registry", str(registry_db)]
     cycle += ["--state", "evolve.db", "--memory-path", "memory.db", "--env", ENV]
+    cycle += ["--activate"]  # the door is under test here; proving a snapshot: test_walkthrough
     assert main([*cycle, "--since-last"]) == 0
     out = capsys.readouterr().out
     assert "lessons" in out

@@ -144,7 +144,8 @@ def test_evolve_cli(
     assert "judged=40" in capsys.readouterr().out
     assert main(["evolve", "route", "--db", db, "--state", "e.db"]) == 0
     assert "strategy_candidate" in capsys.readouterr().out
-    assert main(["evolve", "cycle", "--db", db, "--state", "e.db", "--memory-path", "m.db"]) == 0
+    cycle = ["evolve", "cycle", "--db", db, "--state", "e.db", "--memory-path", "m.db"]
+    assert main([*cycle, "--activate"]) == 0  # direct: memory versions shows it active
     out = capsys.readouterr().out  # default --env generic on shop traces: says so
     assert "lessons" in out and "--env shop judges them" in out
     assert main(["evolve", "memory", "list", "--path", "m.db"]) == 0

@@ -144,6 +144,15 @@ def test_without_a_run_side_the_staged_rollout_alone_proves_it_and_activate_opts
     assert report.memory_promotion is not None
     assert report.memory_promotion.status in ("waiting", "unchanged")
 
+    # rolled back: curation starts again from the active snapshot (none), and the next
+    # candidate is a new version, rolled out again
+    RolloutController(registry).rollback("default", kind="memory", reason="worse")
+    refund_desk.serve(agent, 3, start=9)
+    report = cycle(store, registry, tmp_path, refund_desk.environment, Promotion())
+    got = report.memory_promotion
+    assert got is not None and got.status == "rollout" and got.version > 1
+    assert registry.labels("memory", "default") == {"candidate": got.version}
+
     # --activate: the old direct behaviour, said so
     other = tmp_path / "direct"
     other.mkdir()

@@ -39,7 +39,7 @@ Name = Annotated[str, typer.Argument(help="The artifact's name (e.g. default, po
 def start(
     kind: Kind,
     name: Name,
-    version: Annotated[int, typer.Argument(help="The candidate version")],
+    version: Annotated[int, typer.Argument(min=1, help="The candidate version")],
     stages: StagesOption = "0.1,0.3,1.0",
     min_dwell_s: MinDwellOption = 3600.0,
     tolerance: ToleranceOption = None,
@@ -116,7 +116,7 @@ def status(
 def promote(
     kind: Kind,
     name: Name,
-    version: Annotated[int | None, typer.Option(help="Among several candidates")] = None,
+    version: Annotated[int | None, typer.Option(min=1, help="Among several candidates")] = None,
     reason: ReasonOption = "manual promote",
     actor: ActorOption = "cli",
     registry: RegistryOption = REGISTRY,

@@ -70,7 +70,7 @@ BaseModel_ = Annotated[
 ]
 Steps = Annotated[int | None, typer.Option(min=1, help="SFT optimizer steps.")]
 DpoSteps = Annotated[int | None, typer.Option(min=0, help="DPO steps on SFT (0: no DPO).")]
-LearningRate = Annotated[float | None, typer.Option("--lr", help="SFT learning rate.")]
+LearningRate = Annotated[float | None, typer.Option("--lr", min=1e-12, help="SFT learning rate.")]
 MaxLength = Annotated[int | None, typer.Option(min=16, help="Longest tokenised row.")]
 LoraR = Annotated[int | None, typer.Option("--lora-r", min=1, max=16, help="LoRA rank.")]
 AllEpisodes = Annotated[

@@ -48,6 +48,7 @@ from evoharness.evolve.monitor.findings import (
 from evoharness.evolve.monitor.run import (
     MonitorReport,
     environment_tools,
+    ops_decisions,
     prompt_texts,
     record_to_store,
     run_monitor,
@@ -73,6 +74,7 @@ __all__ = [
     "is_internal",
     "load_manifests",
     "mentioned_tools",
+    "ops_decisions",
     "prompt_texts",
     "quality_drift",
     "read_findings",

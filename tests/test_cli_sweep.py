@@ -74,6 +74,13 @@ def _parameters() -> Iterator[Param]:
                 yield Param(command, name, None, base, info, required)
 
 
+@pytest.fixture(autouse=True)
+def _elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command that takes a bad value by mistake writes its default stores
+    (``.evoharness/...``) under ``tmp_path``, never into the working tree."""
+    monkeypatch.chdir(tmp_path)
+
+
 PARAMS = list(_parameters())
 NUMERIC = [p for p in PARAMS if p.base in (int, float)]
 
@@ -134,20 +141,25 @@ def _id(p: Param) -> str:
     return f"{p.command} {p.flag or p.name.upper()}"
 
 
+@pytest.mark.parametrize("value", ["abc", "nan", "inf", "-inf"])
 @pytest.mark.parametrize("p", NUMERIC, ids=_id)
-def test_a_non_number_is_refused_in_one_line(p: Param, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _run(_argv(p.command, p.name, "abc"), capsys)
+def test_a_value_that_is_not_a_finite_number_is_refused_in_one_line(
+    p: Param, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _run(_argv(p.command, p.name, value), capsys)
     _one_line(code, out, err, needle=_names(p))
 
 
 BOUNDED = [p for p in NUMERIC if p.info is not None and p.info.min is not None]
 
 
+@pytest.mark.parametrize("below", [-1, -5])
 @pytest.mark.parametrize("p", BOUNDED, ids=_id)
 def test_a_number_below_the_bound_is_refused_in_one_line(
-    p: Param, capsys: pytest.CaptureFixture[str]
+    p: Param, below: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = _run(_argv(p.command, p.name, str(math.floor(p.info.min) - 5)), capsys)
+    value = below if p.info.min > below else math.floor(p.info.min) + below
+    code, out, err = _run(_argv(p.command, p.name, str(value)), capsys)
     _one_line(code, out, err, needle=_names(p))
 
 
@@ -355,6 +367,25 @@ BASE: dict[str, list[str]] = {
         "1",
     ],
     "bench weights": ["bench", "weights", "--workdir", "{new}"],
+    **{
+        f"weights {stage}": ["weights", stage, "--workdir", "{new}", "--registry", "{registry}"]
+        for stage in ("train", "publish", "gate", "activate", "status")
+    },
+    "weights dataset": [
+        *("weights", "dataset", "--workdir", "{new}", "--registry", "{registry}"),
+        *("--db", "{traces}", "--state", "{evolve}", "--env", "shop", "--all-episodes"),
+    ],
+    "weights run": [
+        *("weights", "run", "dataset", "--workdir", "{new}", "--registry", "{registry}"),
+        *("--db", "{traces}", "--state", "{evolve}", "--env", "shop", "--all-episodes"),
+    ],
+    "weights rollback": ["weights", "rollback", "--registry", "{registry}"],
+    "rollout start": ["rollout", "start", "prompt", "shop", "2", "--registry", "{registry}"],
+    "rollout status": [
+        *("rollout", "status", "prompt", "shop", "--db", "{traces}", "--registry", "{registry}"),
+    ],
+    "rollout promote": ["rollout", "promote", "prompt", "shop", "--registry", "{registry}"],
+    "rollout rollback": ["rollout", "rollback", "prompt", "shop", "--registry", "{registry}"],
     "bench bfcl": ["bench", "bfcl", "--workdir", "{new}"],
 }
 
@@ -425,25 +456,10 @@ def _with(argv: list[str], key: str, value: str) -> list[str]:
     return [*argv, key, value]
 
 
-NOT_YET_SWEPT = {
-    f"{group} {command}"
-    for group, commands in {
-        "weights": ("dataset", "train", "publish", "gate", "activate", "run", "status", "rollback"),
-        "rollout": ("start", "status", "promote", "rollback"),
-    }.items()
-    for command in commands
-}
-"""Commands that landed with the last change of this wave: their numeric options are
-bounded (checked above), but their file and --env cases have no quick valid invocation in
-the sweep yet (a known gap, see the issue's closing note)."""
-
-
 def test_every_command_with_a_file_option_is_swept() -> None:
     swept = {c for c, _, _ in FILE_CASES}
     with_files = {p.command for p in PARAMS if p.base is Path or p.flag == "--registry"}
-    assert with_files - swept <= {"evolve replay", "bench skills", *NOT_YET_SWEPT}, (
-        with_files - swept
-    )
+    assert with_files - swept <= {"evolve replay", "bench skills"}, with_files - swept
     assert len(FILE_CASES) >= 100
 
 
@@ -496,6 +512,7 @@ ENV_BASE = {
     "prompt-evolve evaluate": BASE["prompt-evolve evaluate"],
     "prompt-evolve propose": BASE["prompt-evolve propose"],
     "bench skills": ["bench", "skills", "--train-limit", "3", "--val-limit", "2"],
+    **{c: BASE[c] for c in ("weights dataset", "weights gate", "weights run")},
 }
 
 
@@ -509,7 +526,7 @@ def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_every_command_with_env_is_swept() -> None:
     with_env = {p.command for p in PARAMS if p.flag == "--env"}
-    assert with_env - set(ENV_BASE) <= {"evolve replay", *NOT_YET_SWEPT}
+    assert with_env - set(ENV_BASE) <= {"evolve replay"}
 
 
 @pytest.mark.parametrize(
@@ -565,6 +582,9 @@ ENUMS = {
     "--env",
     "--semver",
     "--name",
+    "--policy",
+    "--redo",
+    "--set",
 }
 
 
@@ -663,3 +683,13 @@ def test_monitor_says_in_one_line_that_langfuse_does_not_answer(
         worker.join(5)
         server.close()
     _one_line(code, out, err, needle=(f"Langfuse at {url} did not answer",), codes=(1,))
+
+
+@pytest.mark.parametrize("item", ["lr=-1", "lr=inf", "alpha=7", "steps=nan", "steps=0"])
+def test_weights_run_set_holds_the_bounds_of_the_option(
+    item: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["weights", "run", "--workdir", str(tmp_path / "w"), "--set", item]
+    code, out, err = _run([*argv, "--registry", str(tmp_path / "r.db")], capsys)
+    _one_line(code, out, err, needle=(f"--set {item}",))
+    assert not (tmp_path / "w" / "settings.json").exists()

@@ -9,6 +9,7 @@ sessions (``status --db ... --apply``), and promote or roll back by hand.
 
 from __future__ import annotations
 
+from contextlib import closing, nullcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -24,15 +25,21 @@ from evoharness.sdk.cli.options import (
     RegistryOption,
     StagesOption,
     ToleranceOption,
+    non_empty,
 )
+from evoharness.sdk.cli.stores import trace_store
 
 console = sdk_cli.console
 app = typer.Typer(
     help="Staged rollouts of any artifact kind: start, status (decide), promote, rollback.",
     no_args_is_help=True,
 )
-Kind = Annotated[str, typer.Argument(help="memory, guard_rules, adapter, skills or prompt")]
-Name = Annotated[str, typer.Argument(help="The artifact's name (e.g. default, policy)")]
+Kind = Annotated[
+    str, typer.Argument(callback=non_empty, help="memory, guard_rules, adapter, skills or prompt")
+]
+Name = Annotated[
+    str, typer.Argument(callback=non_empty, help="The artifact's name (e.g. default, policy)")
+]
 
 
 @app.command("start")
@@ -78,12 +85,12 @@ def status(
 ) -> None:
     """The rollout's state and recent decisions; with --db, the engine's decision now from
     the judged sessions of each arm."""
-    from evoharness.harness.tracing import TraceStore
     from evoharness.sdk.registry import open_registry
     from evoharness.sdk.rollout import RolloutController
     from evoharness.sdk.rollout.traces import outcomes_from_store
 
-    with open_registry(registry) as reg:
+    traces = trace_store(db) if db is not None else None  # a bad --db: refused first
+    with open_registry(registry) as reg, closing(traces) if traces else nullcontext():
         ctl = RolloutController(reg)
         exp = ctl.current(name, kind=kind)
         console.print(f"{kind}/{name}: labels {reg.labels(kind, name)}", markup=False)
@@ -98,13 +105,9 @@ def status(
         )
         for d in ctl.decisions(exp.id)[-5:]:
             console.print(f"  {d.action:<8} {escape(d.reason)}")
-        if db is None or not exp.running:
+        if traces is None or not exp.running:
             return
-        traces = TraceStore(db)
-        try:
-            outcomes = outcomes_from_store(traces, exp)
-        finally:
-            traces.close()
+        outcomes = outcomes_from_store(traces, exp)
         if apply:
             d = ctl.evaluate(name, outcomes, kind=kind)
         else:

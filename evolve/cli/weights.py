@@ -20,6 +20,7 @@ version, then are served by it.
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import Iterator
 from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
@@ -43,6 +44,8 @@ from evoharness.sdk.cli.options import (
     StagesOption,
     TagOption,
     TraceDbOption,
+    check_number,
+    non_empty,
 )
 
 console = sdk_cli.console
@@ -52,7 +55,9 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-Policy = Annotated[str, typer.Option(help="The adapter artifact (versions <policy>-vN).")]
+Policy = Annotated[
+    str, typer.Option(callback=non_empty, help="The adapter artifact (versions <policy>-vN).")
+]
 Env = Annotated[
     str | None,
     typer.Option(
@@ -124,21 +129,44 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-NUMBERS: dict[str, type[int] | type[float]] = {
-    "steps": int, "dpo_steps": int, "lr": float, "max_length": int, "lora_r": int,
-    "min_tasks": int, "limit": int, "alpha": float, "max_new_tokens": int,
+NUMBERS: dict[str, Any] = {
+    "steps": Steps, "dpo_steps": DpoSteps, "lr": LearningRate, "max_length": MaxLength,
+    "lora_r": LoraR, "min_tasks": MinTasks, "limit": Limit, "alpha": Alpha,
+    "max_new_tokens": MaxNewTokens,
 }  # fmt: skip
+"""The numeric settings, by the option that sets them (its type and bounds hold for
+``--set`` too)."""
+
+
+def _number(key: str, text: str) -> int | float:
+    """``text`` as the setting ``key``, typed and bounded as its option is."""
+    optional, info = typing.get_args(NUMBERS[key])
+    kind = next(t for t in typing.get_args(optional) if t is not type(None))
+    try:
+        value: int | float = kind(text)
+    except ValueError as exc:
+        raise ConfigError(f"--set {key}={text}: {key} is a number", field="set") from exc
+    decls = [d for d in (info.default, *(info.param_decls or ())) if isinstance(d, str)]
+    flag = decls[0] if decls else "--" + key.replace("_", "-")
+    check_number(f"--set {key}={text}: {key} (as {flag})", value, info)
+    return value
 
 
 def _workdir(policy: str, workdir: Path | None) -> Path:
-    return workdir if workdir is not None else HOME / "weights" / policy
+    work = workdir if workdir is not None else HOME / "weights" / policy
+    if work.exists() and not work.is_dir():
+        raise ConfigError(f"--workdir {work} is a file; pass a folder", field="workdir")
+    return work
 
 
 def _settings(work: Path, given: dict[str, Any]) -> dict[str, Any]:
-    """The work directory's settings with what this command was given on top (kept)."""
+    """The work directory's settings with what this command was given on top (kept once
+    they make a valid configuration)."""
     path = work / "settings.json"
     kept = json.loads(path.read_text()) if path.exists() else {}
     merged = {**DEFAULTS, **kept, **{k: v for k, v in given.items() if v not in (None, [])}}
+    if merged["base_model"]:
+        _layer_config("check", merged)
     work.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(merged, indent=1, sort_keys=True))
     return merged
@@ -475,11 +503,13 @@ def activate_cmd(
     the gate; never a rejected one."""
     from evoharness.sdk.rollout import parse_stages
 
-    traffic = parse_stages(stages) if rollout else None
+    traffic = parse_stages(stages)  # checked even when going live at once
     with _pipeline(policy, workdir, registry, db=None, state=None, given={}) as p:
         p.forget("activate")
         record = p.activate(
-            stages={"dpo"} if dpo else {"sft"}, rollout=traffic, min_dwell_s=min_dwell_s
+            stages={"dpo"} if dpo else {"sft"},
+            rollout=traffic if rollout else None,
+            min_dwell_s=min_dwell_s,
         )
     if not any(r.get("status") in ("active", "rollout") for r in record.values()):
         raise ConfigError(
@@ -501,10 +531,7 @@ def _set(items: list[str] | None) -> dict[str, Any]:
                 f"{', '.join(k for k in DEFAULTS if k != 'tags')}",
                 field="set",
             )
-        try:
-            out[key] = NUMBERS[key](value) if key in NUMBERS else value
-        except ValueError as exc:
-            raise ConfigError(f"--set {item!r}: {key} is a number", field="set") from exc
+        out[key] = _number(key, value) if key in NUMBERS else value
     return out
 
 
@@ -538,6 +565,13 @@ def run(
     from evoharness.evolve.weights.pipeline import STAGES, load_state
 
     chosen = [x for s in stages or STAGES for x in s.split(",") if x]
+    for field, named in (("stages", chosen), ("redo", redo or [])):
+        unknown = sorted(set(named) - set(STAGES))
+        if unknown:
+            raise ConfigError(
+                f"unknown weights stage(s) {unknown}: choose from {', '.join(STAGES)}",
+                field=field,
+            )
     done = load_state(_workdir(policy, workdir)).get("done", {})
     build = "dataset" in chosen and ("dataset" not in done or bool(redo))
     given = {**_set(settings), **_given(env=env, tags=tag, base_model=base_model)}

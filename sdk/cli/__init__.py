@@ -30,7 +30,7 @@ from evoharness.sdk.cli.error_line import (
     exit_code,
     wants_traceback,
 )
-from evoharness.sdk.cli.options import TRACE_DB
+from evoharness.sdk.cli.options import TRACE_DB, finite_numbers
 from evoharness.sdk.runtime import inline_untraced_bookkeeping
 
 __all__ = ["GROUPS", "NAMES", "TRACE_DB", "build_app", "command_of", "console", "main", "run_app"]
@@ -104,7 +104,8 @@ def run_app(app: typer.Typer, argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv) or ["--help"]
     inline_untraced_bookkeeping()  # this process is ours: cheaper async middleware
     try:
-        result = app(args=args, prog_name="evoharness", standalone_mode=False)
+        command = finite_numbers(typer.main.get_command(app))
+        result = command(args=args, prog_name="evoharness", standalone_mode=False)
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort:

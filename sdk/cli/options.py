@@ -9,11 +9,16 @@ refuses them inside ``Annotated``); the shared ones are the constants below. The
 
 from __future__ import annotations
 
+import math
 import os
+import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from evoharness.harness.errors import ConfigError
 
 __all__ = [
     "HOME",
@@ -35,6 +40,9 @@ __all__ = [
     "TaskLimitOption",
     "ToleranceOption",
     "TraceDbOption",
+    "check_number",
+    "finite_numbers",
+    "non_empty",
 ]
 
 HOME = Path(".evoharness")
@@ -115,3 +123,71 @@ ActorOption = Annotated[str, typer.Option(help="Recorded in the audit log")]
 ReasonOption = Annotated[
     str, typer.Option("--reason", "-m", help="Why (recorded in the audit log)")
 ]
+
+
+# -- values every option of a kind must refuse ------------------------------------------------
+def non_empty(value: str | None) -> str | None:
+    """A typer callback: an empty (or blank) name is refused where the option is parsed."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter("must not be empty")
+    return value
+
+
+def check_number(what: str, value: float, info: Any) -> float:
+    """``value`` if it is finite and within the bounds of the typer option ``info`` (its
+    ``min``/``max``); else a :class:`ConfigError` naming ``what``. For values that reach an
+    option's setting another way than its flag (``weights run --set lr=...``)."""
+    low, high = getattr(info, "min", None), getattr(info, "max", None)
+    below = low is not None and value < low
+    above = high is not None and value > high
+    if math.isfinite(value) and not below and not above:
+        return value
+    bounds = [f"at least {low:g}" if low is not None else ""]
+    bounds.append(f"at most {high:g}" if high is not None else "")
+    within = " and ".join(b for b in bounds if b)
+    raise ConfigError(f"{what} must be a finite number {within}".rstrip(), field="set")
+
+
+def finite_numbers(command: Any) -> Any:
+    """``command`` (a click command built from a typer app) with every float option and
+    argument, in it and in every subcommand, refusing ``nan`` and ``inf`` by name.
+
+    Typer checks ``min``/``max`` with pydantic, which lets ``inf`` through every bound that
+    has no maximum (``--lr inf``, ``--min-dwell-s inf``) and answers ``nan`` with "should be
+    greater than or equal to ...": a non-finite number is never a setting, so it is refused
+    here, before the bounds, once for the whole CLI."""
+    for param in getattr(command, "params", ()):
+        if _takes_floats(param):
+            param.process_value = _finite(param, param.process_value)
+    for sub in getattr(command, "commands", {}).values():
+        finite_numbers(sub)
+    return command
+
+
+def _takes_floats(param: Any) -> bool:
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if typing.get_origin(annotation) in (list, tuple):
+        return float in typing.get_args(annotation)
+    return annotation is float
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, float):
+        return value
+    try:
+        return float(value) if isinstance(value, str) else None
+    except ValueError:
+        return None  # not a number at all: typer says so
+
+
+def _finite(param: Any, process: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def process_value(ctx: Any, value: Any) -> Any:
+        for given in value if isinstance(value, list | tuple) else (value,):
+            number = _as_float(given)
+            if number is not None and not math.isfinite(number):
+                raise typer.BadParameter(
+                    f"must be a finite number, not {given}", ctx=ctx, param=param
+                )
+        return process(ctx, value)
+
+    return process_value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from evoharness.evolve.cli import build_app
 from evoharness.evolve.monitor import Finding, record_findings
 from evoharness.evolve.report import (
     bar_chart,
+    cell,
     interval_chart,
     line_chart,
     load_layer_results,
@@ -27,6 +29,7 @@ from evoharness.sdk.prompts import PromptTemplate, RegistryPromptStore
 from evoharness.sdk.registry import Registry, open_registry
 
 T0 = 1_700_000_000.0
+EXPERIMENT = "exp-9f2c41d07ab3"  # as Experiment names them: "exp-" and 12 hex digits
 PLOTS = {
     "layers-val",
     "quality",
@@ -144,15 +147,15 @@ def fill_registry(reg: Registry) -> None:
     for k, (est, low, high) in enumerate(((0.05, -0.2, 0.3), (0.09, 0.01, 0.17))):
         reg.publish(
             "rollout_decision",
-            "exp-1234",
+            EXPERIMENT,
             {
-                "experiment_id": "exp-1234",
+                "experiment_id": EXPERIMENT,
                 "action": "hold" if k == 0 else "promote",
                 "reason": "interval excludes 0" if k else "undecided",
                 "arm": "b",
                 "intervals": {
                     "b.success": f"{est:+.3f} [{low:.3f}, {high:.3f}]",
-                    "b.tokens": "+0.000 [-inf, inf]",
+                    "b.tokens": "+0.000 [-inf, inf]" if k == 0 else "+310.0 [250.0, 370.0]",
                 },
                 "n": {"a": 100 * (k + 1), "b": 100 * (k + 1)},
                 "at": T0 + 1000 * k,
@@ -190,12 +193,38 @@ def report(tmp_path: Path) -> Path:
     return out
 
 
+def _svg(text: str, plot_id: str) -> str:
+    found = re.search(rf'<svg class="plot" data-plot="{plot_id}".*?</svg>', text, re.S)
+    assert found is not None, plot_id
+    return found.group(0)
+
+
+def _words(svg: str) -> str:
+    """The text an SVG prints, its lines joined by spaces (wrapped labels read whole)."""
+    return " ".join(html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", svg))
+
+
+def _spans(chunk: str) -> list[float]:
+    """Widths of the horizontal interval lines (``M x y L x' y``) among a chunk's marks."""
+    out = []
+    for mark in re.findall(r'class="mark">(.*?)</g>', chunk, re.S):
+        m = re.search(r'd="M ([-\d.]+) ([-\d.]+)\s*L ([-\d.]+) ([-\d.]+)\s*"', mark)
+        if m is not None and m.group(2) == m.group(4):
+            out.append(abs(float(m.group(3)) - float(m.group(1))))
+    return out
+
+
 def test_report_is_self_contained(report: Path) -> None:
     text = report.read_text()
     assert set(re.findall(r'data-plot="([^"]+)"', text)) == PLOTS
-    # nothing to fetch: no scripts, stylesheets, images or links to elsewhere
-    assert not re.search(r"<script|<link|<img|<iframe|\bsrc=|\bhref=|url\(", text)
-    assert not re.findall(r"https?://(?!www\.w3\.org/2000/svg)", text)
+    # nothing to fetch: no scripts, stylesheets, images or links to elsewhere (references
+    # inside an SVG to its own clip paths and markers, #id, are not fetches)
+    assert not re.search(r"<script|<link|<img|<iframe|\bsrc=|href=\"(?!#)|url\((?!#)", text)
+    assert not re.findall(r"https?://(?!www\.w3\.org/)", text)
+    # several figures on one page: every id once, every reference to an id on the page
+    ids = re.findall(r'\bid="([^"]+)"', text)
+    assert len(ids) == len(set(ids)), [i for i in set(ids) if ids.count(i) > 1][:5]
+    assert set(re.findall(r'(?:url\(#|href="#)([^")]+)', text)) <= set(ids)
     assert "SIMULATED" in text and "offline policy simulator" in text
     assert "item_search: success rate fell" in text and "ops" in text  # monitor findings
     assert "prompt</td><td>shop</td><td>active=v2" in text  # versions in force
@@ -203,16 +232,56 @@ def test_report_is_self_contained(report: Path) -> None:
     assert "40 runs, 1 monitor findings" in text  # the monitor trace is not a run
 
 
-def test_charts_and_intervals() -> None:
+def test_tables_show_values_not_python_reprs(report: Path) -> None:
+    text = report.read_text()
+    cells = re.findall(r"<td>([^<]*)</td>", text)
+    assert cells and not [c for c in cells if "{" in c or "&#x27;" in c or c == "None"]
+    assert "<td>a=200, b=200</td>" in text  # sessions per arm, as the rollout decision counts
+    assert f"<td>{EXPERIMENT}</td><td>promote</td><td>b</td>" in text
+    assert cell({"a": 1, "b": 2.5}) == "a=1, b=2.5" and cell(None) == "—"
+    assert cell(["x", 3]) == "x, 3" and cell(0.123456) == "0.1235" and cell(True) == "yes"
+
+
+def test_the_forest_plot_has_one_axis_per_metric(report: Path) -> None:
+    """Token differences (+310) and success-rate differences (±0.2) on separate x axes:
+    sharing one, every rate interval would shrink to a dot."""
+    svg = _svg(report.read_text(), "rollout")
+    panels = re.split(r'<g id="rollout-axes_\d+">', svg)[1:]
+    assert len(panels) == 2, len(panels)
+    success, tokens = panels
+    assert "success: candidate − control" in _words(success)
+    assert "tokens: candidate − control" in _words(tokens)
+    # both success intervals (0.5 and 0.16 wide) drawn tens of pixels wide, on their own axis
+    widths = _spans(success)
+    assert len(widths) == 2 and min(widths) > 40, widths
+    assert widths[0] > 2 * widths[1]  # to scale: [-0.2, 0.3] vs [0.01, 0.17]
+    assert len(_spans(tokens)) == 2 and "+310 [+250, +370]" in _words(tokens)
+    assert "+0 [−∞, +∞]" in _words(tokens)  # not enough data yet: says so, drawn open
+    # labels in full: the whole experiment id, the decision and the arm
+    assert f"{EXPERIMENT} · decision 2 · b" in _words(svg)
+
+
+def test_charts_and_intervals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert parse_interval("+0.081 [0.012, 0.150]") == (0.081, 0.012, 0.150)
     assert parse_interval("+0.000 [-inf, inf]") == (0.0, float("-inf"), float("inf"))
     assert parse_interval("undecided") is None
     assert 'class="empty"' in line_chart("x", "empty", {}, y_label="y")
     assert 'class="empty"' in bar_chart("x", "empty", [], {}, y_label="y")
+    assert 'class="empty"' in interval_chart("x", "empty", {"m": []})
+    monkeypatch.chdir(tmp_path)  # drawing writes nothing where it runs
     svg = bar_chart("b", "<title>", ["a", "b"], {"s": [0.5, None]}, y_label="r", y_max=1.0)
     assert svg.count('class="mark"') == 1 and "&lt;title&gt;" in svg
-    forest = interval_chart("f", "t", [("x", 0.1, 0.05, 0.2), ("y", -0.1, float("-inf"), 0.0)])
-    assert forest.count('<line class="mark"') == 2
+    assert "0.50" in _words(svg)  # each bar carries its value
+    forest = interval_chart(
+        "f", "t", {"m": [("x", 0.1, 0.05, 0.2), ("y", -0.1, float("-inf"), 0.0)]}
+    )
+    assert forest.count('class="mark"') == 4  # a line and a dot per interval
+    name = "total support-desk@v12 / adapter=policy-sft-2026-11@v3 · cost in $"
+    lines = line_chart("l", "t", {name: [(T0, 1.0), (T0 + 600, 2.0)]}, y_label="$ / task")
+    assert name in _words(lines) and "$ / task" in _words(lines)  # whole, no mathtext
+    assert lines == line_chart("l", "t", {name: [(T0, 1.0), (T0 + 600, 2.0)]}, y_label="$ / task")
+    assert "<metadata" not in lines and "<?xml" not in lines
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_layer_results_file(tmp_path: Path) -> None:

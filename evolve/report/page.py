@@ -1,28 +1,8 @@
-"""``evoharness report``: one self-contained HTML file about the whole loop.
-
-What it shows: success and P0 rate per layer on val and test (baseline -> +memory -> +prompt
--> +SFT -> +RL, from the "layer results" file the demo writes), tokens and cost per task,
-prefix-cache reuse, harness interventions and breaker events over time (from the trace
-store), rollout arms with their decision intervals and the prompt label moves (from the
-registry), the monitor's findings, the latest cheapest-layer decisions and the versions in
-force (registry labels).
-
-The plots are inline SVG written here by hand: the file opens anywhere, with no network, no
-CDN and no other file, and the figures stay crisp and inspectable (a browser test checks
-that each one draws). matplotlib would add a ~40 MB dependency for a handful of line and bar
-charts.
-
-Layer results file (JSON)::
-
-    {"title": "shop", "simulated": true, "note": "offline policy",
-     "rows": [{"layer": "baseline", "split": "val", "success_rate": 0.41, "p0_rate": 0.12,
-               "tokens_per_task": 5200, "cost_per_task": 0.0031, "simulated": true}, ...]}
-"""
+"""The report page: its sections, its tables and :func:`write_report`."""
 
 from __future__ import annotations
 
 import html
-import json
 import math
 import re
 import time
@@ -35,10 +15,11 @@ from typing import Any
 from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, LocalTraceSource
 from evoharness.evolve.monitor.checks import version_group
 from evoharness.evolve.monitor.findings import Finding, is_internal, read_findings
+from evoharness.evolve.report.charts import Interval, bar_chart, empty, interval_chart, line_chart
+from evoharness.evolve.report.layers import LAYER_ORDER, layer_results_from_data
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.registry import Registry
 
-LAYER_ORDER = ("baseline", "+memory", "+prompt", "+SFT", "+RL")
 KNOWN_KINDS = (
     "prompt",
     "adapter",
@@ -49,9 +30,9 @@ KNOWN_KINDS = (
     "rollout",
     "layer_decisions",
 )
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-W, H = 640, 260
-ML, MR, MT, MB = 56, 150, 28, 40
+
+ROLLOUT_ROWS = 12
+"""Latest decision intervals shown per metric in the forest plot."""
 
 Progress = Callable[[str], None]
 
@@ -60,190 +41,28 @@ def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
-    if hi <= lo:
-        hi = lo + 1.0
-    step = 10 ** math.floor(math.log10((hi - lo) / n))
-    for m in (1, 2, 5, 10):
-        if (hi - lo) / (step * m) <= n:
-            step *= m
-            break
-    out = [math.floor(lo / step) * step]
-    while out[-1] < hi - step * 1e-9:
-        out.append(out[-1] + step)
-    return [round(v, 12) for v in out]
-
-
-def _fmt(v: float) -> str:
-    if abs(v) >= 1000:
-        return f"{v:,.0f}"
-    if abs(v) >= 10:
-        return f"{v:.0f}"
-    return f"{v:.3g}" if v else "0"
-
-
-def _frame(
-    plot_id: str, title: str, y_lo: float, y_hi: float, y_label: str
-) -> tuple[list[str], Callable[[float], float]]:
-    ticks = _ticks(y_lo, y_hi)
-    lo, hi = ticks[0], ticks[-1]
-
-    def y(v: float) -> float:
-        return MT + (H - MT - MB) * (1 - (v - lo) / ((hi - lo) or 1))
-
-    parts = [
-        f'<svg class="plot" data-plot="{_e(plot_id)}" xmlns="http://www.w3.org/2000/svg" '
-        f'width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" aria-label="{_e(title)}">',
-        f'<text x="{ML}" y="16" class="title">{_e(title)}</text>',
-        f'<text x="12" y="{MT + (H - MT - MB) / 2}" class="axis" '
-        f'transform="rotate(-90 12 {MT + (H - MT - MB) / 2})">{_e(y_label)}</text>',
-    ]
-    for t in ticks:
-        parts.append(
-            f'<line x1="{ML}" x2="{W - MR}" y1="{y(t):.1f}" y2="{y(t):.1f}" class="grid"/>'
-            f'<text x="{ML - 6}" y="{y(t) + 4:.1f}" class="tick" text-anchor="end">'
-            f"{_e(_fmt(t))}</text>"
-        )
-    parts.append(f'<line x1="{ML}" x2="{ML}" y1="{MT}" y2="{H - MB}" class="axisline"/>')
-    return parts, y
-
-
-def _legend(parts: list[str], names: Sequence[str]) -> None:
-    for i, name in enumerate(names):
-        yy = MT + 14 * i
-        parts.append(
-            f'<rect x="{W - MR + 10}" y="{yy}" width="10" height="10" '
-            f'fill="{PALETTE[i % len(PALETTE)]}"/>'
-            f'<text x="{W - MR + 24}" y="{yy + 9}" class="tick">{_e(name[:22])}</text>'
-        )
-
-
-def line_chart(
-    plot_id: str,
-    title: str,
-    series: Mapping[str, Sequence[tuple[float, float]]],
-    *,
-    y_label: str,
-    x_time: bool = True,
-) -> str:
-    """An SVG line chart of ``name -> [(x, y), ...]`` (x as Unix time when ``x_time``)."""
-    pts = [p for s in series.values() for p in s]
-    if not pts:
-        return _empty(title)
-    xs = [p[0] for p in pts]
-    ys = [p[1] for p in pts]
-    x_lo, x_hi = min(xs), max(xs)
-    parts, y = _frame(plot_id, title, min(0.0, min(ys)), max(ys) or 1.0, y_label)
-
-    def x(v: float) -> float:
-        return ML + (W - ML - MR) * ((v - x_lo) / (x_hi - x_lo) if x_hi > x_lo else 0.5)
-
-    for v in (x_lo, x_hi):
-        label = datetime.fromtimestamp(v, tz=UTC).strftime("%m-%d %H:%M") if x_time else _fmt(v)
-        parts.append(
-            f'<text x="{x(v):.1f}" y="{H - MB + 16}" class="tick" text-anchor="middle">'
-            f"{_e(label)}</text>"
-        )
-    for i, (name, s) in enumerate(series.items()):
-        color = PALETTE[i % len(PALETTE)]
-        coords = " ".join(f"{x(a):.1f},{y(b):.1f}" for a, b in s)
-        parts.append(
-            f'<polyline class="mark" points="{coords}" fill="none" stroke="{color}" '
-            f'stroke-width="2"><title>{_e(name)}</title></polyline>'
-        )
-        parts += [
-            f'<circle class="mark" cx="{x(a):.1f}" cy="{y(b):.1f}" r="2.5" fill="{color}">'
-            f"<title>{_e(name)}: {_e(_fmt(b))}</title></circle>"
-            for a, b in s
-        ]
-    _legend(parts, list(series))
-    return "\n".join([*parts, "</svg>"])
-
-
-def bar_chart(
-    plot_id: str,
-    title: str,
-    groups: Sequence[str],
-    series: Mapping[str, Sequence[float | None]],
-    *,
-    y_label: str,
-    y_max: float | None = None,
-) -> str:
-    """Grouped SVG bars: one group per entry of ``groups``, one bar per series."""
-    vals = [v for s in series.values() for v in s if v is not None]
-    if not vals or not groups:
-        return _empty(title)
-    parts, y = _frame(plot_id, title, 0.0, y_max if y_max is not None else max(vals), y_label)
-    gw = (W - ML - MR) / len(groups)
-    bw = gw * 0.8 / max(len(series), 1)
-    for gi, g in enumerate(groups):
-        gx = ML + gi * gw + gw * 0.1
-        parts.append(
-            f'<text x="{gx + gw * 0.4:.1f}" y="{H - MB + 16}" class="tick" '
-            f'text-anchor="middle">{_e(g)}</text>'
-        )
-        for si, (name, s) in enumerate(series.items()):
-            v = s[gi] if gi < len(s) else None
-            if v is None:
-                continue
-            top = y(v)
-            parts.append(
-                f'<rect class="mark" x="{gx + si * bw:.1f}" y="{top:.1f}" width="{bw - 2:.1f}" '
-                f'height="{max(1.0, y(0) - top):.1f}" fill="{PALETTE[si % len(PALETTE)]}">'
-                f"<title>{_e(g)} {_e(name)}: {_e(_fmt(v))}</title></rect>"
-            )
-    _legend(parts, list(series))
-    return "\n".join([*parts, "</svg>"])
-
-
-def interval_chart(
-    plot_id: str, title: str, rows: Sequence[tuple[str, float, float, float]]
-) -> str:
-    """A forest plot: one horizontal interval ``(label, estimate, low, high)`` per row."""
-    rows = [r for r in rows if math.isfinite(r[1])]
-    if not rows:
-        return _empty(title)
-    finite = [v for r in rows for v in r[1:] if math.isfinite(v)]
-    lo, hi = min([*finite, 0.0]), max([*finite, 0.0])
-    pad = (hi - lo) * 0.1 or 0.1
-    lo, hi = lo - pad, hi + pad
-    height = MT + 18 * len(rows) + 30
-    left = 230
-
-    def x(v: float) -> float:
-        v = min(max(v, lo), hi)
-        return left + (W - left - 20) * (v - lo) / (hi - lo)
-
-    parts = [
-        f'<svg class="plot" data-plot="{_e(plot_id)}" xmlns="http://www.w3.org/2000/svg" '
-        f'width="{W}" height="{height}" viewBox="0 0 {W} {height}" role="img" '
-        f'aria-label="{_e(title)}">',
-        f'<text x="10" y="16" class="title">{_e(title)}</text>',
-        f'<line x1="{x(0):.1f}" x2="{x(0):.1f}" y1="{MT - 6}" y2="{height - 24}" class="zero"/>',
-        f'<text x="{x(0):.1f}" y="{height - 8}" class="tick" text-anchor="middle">0</text>',
-    ]
-    for i, (label, est, low, high) in enumerate(rows):
-        yy = MT + 18 * i + 6
-        color = PALETTE[0] if low > 0 else PALETTE[1] if high < 0 else "#555"
-        parts.append(
-            f'<text x="10" y="{yy + 4}" class="tick">{_e(label[:38])}</text>'
-            f'<line class="mark" x1="{x(low):.1f}" x2="{x(high):.1f}" y1="{yy}" y2="{yy}" '
-            f'stroke="{color}" stroke-width="3"/>'
-            f'<circle class="mark" cx="{x(est):.1f}" cy="{yy}" r="4" fill="{color}">'
-            f"<title>{_e(label)}: {est:+.3f} [{low:+.3f}, {high:+.3f}]</title></circle>"
-        )
-    return "\n".join([*parts, "</svg>"])
-
-
-def _empty(title: str) -> str:
-    return f'<p class="empty"><b>{_e(title)}</b>: no data yet</p>'
+def cell(v: object) -> str:
+    """A value as a table shows it: a mapping as ``k=v, ...``, a list joined by commas, a
+    number rounded, ``None`` as a dash; never a Python repr."""
+    if v is None or v == "":
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.4g}" if math.isfinite(v) else str(v)
+    if isinstance(v, Mapping):
+        return ", ".join(f"{cell(k)}={cell(x)}" for k, x in v.items()) or "—"
+    if isinstance(v, list | tuple | set | frozenset):
+        items = sorted(v, key=str) if isinstance(v, set | frozenset) else v
+        return ", ".join(cell(x) for x in items) or "—"
+    return str(v)
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     if not rows:
         return '<p class="empty">none</p>'
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{_e(cell(c))}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -283,7 +102,7 @@ def _cost(e: Episode, prices: Mapping[str, float]) -> float:
 
 def _layer_section(layer_results: Mapping[str, Any] | None) -> str:
     if not layer_results:
-        return "<h2>Layers</h2>" + _empty("success and P0 rate per layer")
+        return "<h2>Layers</h2>" + empty("success and P0 rate per layer")
     rows = [r for r in layer_results.get("rows", []) if isinstance(r, Mapping)]
     known = [x for x in LAYER_ORDER if any(r.get("layer") == x for r in rows)]
     layers = known + sorted({str(r.get("layer")) for r in rows} - set(known))
@@ -417,8 +236,8 @@ def _runs_section(episodes: Sequence[Episode], prices: Mapping[str, float] | Non
 def _rollout_section(registry: Registry | None) -> str:
     out = ["<h2>Rollouts</h2>"]
     if registry is None:
-        return out[0] + _empty("rollout decisions")
-    rows: list[tuple[str, float, float, float]] = []
+        return out[0] + empty("rollout decisions")
+    panels: dict[str, list[Interval]] = defaultdict(list)
     table: list[list[object]] = []
     for name in registry.names("rollout_decision"):
         for v in registry.versions("rollout_decision", name):
@@ -429,18 +248,22 @@ def _rollout_section(registry: Registry | None) -> str:
                     at.strftime("%Y-%m-%d %H:%M"),
                     name,
                     d.get("action"),
-                    d.get("arm") or "",
+                    d.get("arm"),
                     d.get("n"),
                     d.get("reason"),
                 ]
             )
-            for label, text in sorted((d.get("intervals") or {}).items()):
+            for key, text in sorted((d.get("intervals") or {}).items()):
                 parsed = parse_interval(str(text))
-                if parsed is not None:
-                    rows.append((f"{name[-10:]} #{v.version} {label}", *parsed))
+                arm, _, metric = str(key).rpartition(".")
+                if parsed is not None:  # "<arm>.<metric>": one panel, one axis, per metric
+                    label = f"{name} · decision {v.version} · {arm or '?'}"
+                    panels[metric or str(key)].append((label, *parsed))
     out.append(
         interval_chart(
-            "rollout", "rollout arms: decision intervals (candidate − control)", rows[-30:]
+            "rollout",
+            "rollout arms: decision intervals, one axis per metric",
+            {metric: rows[-ROLLOUT_ROWS:] for metric, rows in sorted(panels.items())},
         )
     )
     out.append(_table(["at", "experiment", "action", "arm", "sessions", "reason"], table[-30:]))
@@ -464,7 +287,7 @@ def _rollout_section(registry: Registry | None) -> str:
 
 def _versions_section(registry: Registry | None) -> str:
     if registry is None:
-        return "<h2>Versions in force</h2>" + _empty("registry")
+        return "<h2>Versions in force</h2>" + empty("registry")
     rows: list[list[object]] = []
     for kind in KNOWN_KINDS:
         for name in registry.names(kind):
@@ -505,9 +328,8 @@ CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;
 max-width:1100px}
 h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
-svg.plot{display:block;margin:10px 0;background:#fff;border:1px solid #eee}
-.title{font-size:13px;font-weight:600}.tick{font-size:10px;fill:#444}.axis{font-size:11px;fill:#444}
-.grid{stroke:#eee}.axisline{stroke:#999}.zero{stroke:#999;stroke-dasharray:3 3}
+svg.plot{display:block;margin:10px 0;max-width:100%;height:auto;background:#fff;
+border:1px solid #eee}
 table{border-collapse:collapse;font-size:12px;margin:8px 0}
 td,th{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
 .sim{background:#fff3cd;padding:6px 10px;border:1px solid #e0c97f}.empty{color:#888}
@@ -578,72 +400,3 @@ def write_report(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(doc, encoding="utf-8")
     return out
-
-
-def _layer_of(e: Episode, first_prompt: Mapping[str, int], rl: set[str]) -> str:
-    """The furthest layer in force for one run (the loop's order: memory, prompt, weights)."""
-    adapters = {k: v for k, v in e.artifacts.items() if k.startswith("adapter/")}
-    if adapters:
-        return "+RL" if any(f"{k}@{v}" in rl for k, v in adapters.items()) else "+SFT"
-    version = str(e.prompt_version or "")
-    if e.prompt_name and version.isdigit() and int(version) > first_prompt.get(e.prompt_name, 0):
-        return "+prompt"
-    if any(k.startswith("memory/") for k in e.artifacts) and e.skill_ids:
-        return "+memory"
-    return "baseline"
-
-
-def layer_results_from_data(
-    episodes: Sequence[Episode], registry: Registry | None = None
-) -> dict[str, Any] | None:
-    """The layers table of any app from its own traffic (``split`` ``live``): each judged
-    production run counts for the furthest layer that served it (an adapter: ``+SFT``, or
-    ``+RL`` for a DPO adapter; a prompt version after the first one seen: ``+prompt``;
-    learned memory injected: ``+memory``; else ``baseline``), with the judge's success and
-    P0 rates and tokens per run. ``None`` when no run was judged yet."""
-    judged = [e for e in episodes if isinstance(e.scores.get("judge_success"), int | float)]
-    if not judged:
-        return None
-    first: dict[str, int] = {}
-    for e in judged:
-        if e.prompt_name and str(e.prompt_version or "").isdigit():
-            v = int(str(e.prompt_version))
-            first[e.prompt_name] = min(first.get(e.prompt_name, v), v)
-    rl: set[str] = set()
-    if registry is not None:
-        for name in registry.names("adapter"):
-            for av in registry.versions("adapter", name, content=False):
-                manifest = av.metadata.get("dataset_manifest") or {}
-                if isinstance(manifest, dict) and manifest.get("name") == "dpo":
-                    rl.add(f"adapter/{name}@{av.version}")
-    by: dict[str, list[Episode]] = defaultdict(list)
-    for e in judged:
-        by[_layer_of(e, first, rl)].append(e)
-    rows = []
-    for layer in [x for x in LAYER_ORDER if x in by] + sorted(set(by) - set(LAYER_ORDER)):
-        runs = by[layer]
-        p0 = [e.scores.get("p0_pass") for e in runs]
-        rows.append(
-            {
-                "layer": layer,
-                "split": "live",
-                "runs": len(runs),
-                "success_rate": sum(float(e.scores["judge_success"]) for e in runs) / len(runs),
-                "p0_rate": sum(isinstance(v, int | float) and v < 1 for v in p0) / len(runs),
-                "tokens_per_task": sum(e.usage.total_tokens for e in runs) / len(runs),
-            }
-        )
-    return {
-        "title": "live traffic",
-        "note": "from the app's own judged runs: each run counts for the furthest layer "
-        "that served it",
-        "rows": rows,
-    }
-
-
-def load_layer_results(path: Path | None) -> dict[str, Any] | None:
-    """The layer results JSON at ``path`` (``None`` when no path or no file)."""
-    if path is None or not Path(path).exists():
-        return None
-    data = json.loads(Path(path).read_text())
-    return data if isinstance(data, dict) else {"rows": data}

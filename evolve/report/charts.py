@@ -20,7 +20,7 @@ import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -72,7 +72,7 @@ def _figure(plot_id: str, height_in: float, out: list[str]) -> Iterator[Figure]:
     from matplotlib.figure import Figure
 
     rc = {**RC, "axes.prop_cycle": cycler(color=list(PALETTE))}
-    with matplotlib.rc_context(rc):
+    with matplotlib.rc_context(rc):  # type: ignore[arg-type]  # rc keys are checked by matplotlib at run time
         fig = Figure(figsize=(WIDTH_IN, height_in), layout="constrained")
         yield fig
         buf = io.StringIO()
@@ -133,9 +133,7 @@ def line_chart(
         for name, points in series.items():
             if not points:
                 continue
-            xs: Sequence[object] = [
-                datetime.fromtimestamp(x, tz=UTC) if x_time else x for x, _ in points
-            ]
+            xs: list[Any] = [datetime.fromtimestamp(x, tz=UTC) if x_time else x for x, _ in points]
             marks.tag(
                 *ax.plot(
                     xs,
@@ -147,9 +145,11 @@ def line_chart(
                 )
             )
         if x_time:
-            locator = dates.AutoDateLocator(tz=UTC)
+            locator = dates.AutoDateLocator(tz=UTC)  # type: ignore[no-untyped-call]
             ax.xaxis.set_major_locator(locator)
-            ax.xaxis.set_major_formatter(dates.ConciseDateFormatter(locator, tz=UTC))
+            ax.xaxis.set_major_formatter(
+                dates.ConciseDateFormatter(locator, tz=UTC)  # type: ignore[no-untyped-call]
+            )
             ax.set_xlabel("time (UTC)")
         ax.set_ylim(bottom=min(0.0, *(y for s in series.values() for _, y in s)))
         ax.set_title(_text(title))

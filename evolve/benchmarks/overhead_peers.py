@@ -456,9 +456,10 @@ def _table(cost: dict[str, float], counted: bool, echo: Callable[[str], None]) -
     tools_bare = cost.get("tools_bare")
     if tools_bare:
         echo(f"tool workload ({_TOOL_TASKS} office tasks per run, AgentDojo-shaped), per task:")
+        tasks = _TOOL_TASKS * (2 if counted else 1)  # counted: two runs
         for name in ("tools_bare", "tools_traced", "tools_context"):
             if name in cost:
-                per_task = cost[name] / _TOOL_TASKS
+                per_task = cost[name] / tasks
                 echo(
                     f"  {VARIANTS[name]:64s} {shown(per_task):>12s} {cost[name] / tools_bare:7.3f}"
                 )

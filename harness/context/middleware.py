@@ -173,13 +173,26 @@ class _Ledger:
     rebuilt the list) the common prefix is found message by message.
     """
 
-    __slots__ = ("ais", "humans", "messages", "tokens")
+    __slots__ = ("ais", "constraints", "humans", "messages", "tokens")
 
     def __init__(self) -> None:
         self.messages: list[BaseMessage] = []
         self.tokens: list[int] = [0]
         self.ais: list[int] = [0]
         self.humans: list[tuple[int, BaseMessage]] = []  # (index, message)
+        # the user's messages the constraints were last extracted from, and the result
+        self.constraints: tuple[list[BaseMessage], dict[str, str]] = ([], {})
+
+    def extracted(self) -> tuple[list[BaseMessage], dict[str, str]]:
+        """The user's messages and their constraints, extracted again only when those
+        messages changed (a tool round adds none: extraction ran over every user sentence
+        with six patterns on every model call)."""
+        humans = [m for _, m in self.humans]
+        last, found = self.constraints
+        if len(last) != len(humans) or any(a is not b for a, b in zip(last, humans, strict=True)):
+            found = extract(humans)
+            self.constraints = (humans, found)
+        return humans, dict(found)
 
     def common(self, seen: Sequence[BaseMessage]) -> int:
         old = self.messages
@@ -267,6 +280,7 @@ class ContextMiddleware(ModelCallSteps, AgentMiddleware[ContextState, Any, Any])
         self._fixed_tokens = 0  # system prompt + tool schemas at the last model call
         self._base: tuple[str, int] = ("", 0)  # the last static system prompt, its tokens
         self._schema_tokens: dict[tuple[int, ...], int] = {}
+        self._system: tuple[str, int] = ("", -1)  # the last system text and its tokens
         self._overflowed: set[str] = set()
 
     # -- on every round, before the model: task state and L3 -------------------------------
@@ -274,8 +288,7 @@ class ContextMiddleware(ModelCallSteps, AgentMiddleware[ContextState, Any, Any])
         messages = state["messages"]
         ledger = self._ledger(self._tails, _session_key(messages))
         ledger.update(messages, self.counter)  # (the user's messages, found incrementally)
-        humans = [m for _, m in ledger.humans]
-        found = extract(humans)
+        humans, found = ledger.extracted()
         task = state.get("task_state") or {}
         goal = task.get("goal") or (text_of(humans[0]) if humans else "")
         if found == (task.get("constraints") or {}) and goal == task.get("goal"):
@@ -521,7 +534,7 @@ class ContextMiddleware(ModelCallSteps, AgentMiddleware[ContextState, Any, Any])
         shared = ledger.tokens[same]  # the tokens of the messages both calls share
         if same < len(old) and same < len(seen):  # the first differing message, in part
             shared += self.counter.shared_prefix(old[same : same + 1], seen[same : same + 1])
-        prefix = self.counter.message(system) if system is not None else 0
+        prefix = self._system_tokens(system) if system is not None else 0
         self.events.emit(
             "context_window",
             self.name,
@@ -531,6 +544,19 @@ class ContextMiddleware(ModelCallSteps, AgentMiddleware[ContextState, Any, Any])
             shared_prefix_tokens=shared,
             prefix_reuse=round(shared / window, 4) if window else 0.0,
         )
+
+    def _system_tokens(self, system: BaseMessage) -> int:
+        """Tokens of the window's system message, counted again only when its text changed
+        (it is a new message object every call, so the counter's per-message cache missed
+        and a long system prompt was encoded on every model call)."""
+        content = system.content
+        if not isinstance(content, str):
+            return self.counter.message(system)
+        text, n = self._system
+        if content != text or n < 0:
+            n = self.counter.message(system)
+            self._system = (content, n)
+        return n
 
     def _overflow_retry(self, built: ModelRequest[Any], exc: BaseException) -> ModelRequest[Any]:
         """A smaller request after a context-overflow error: older exchanges dropped (their

@@ -8,8 +8,8 @@ order, the same span kind, flags and empty status, attributes in insertion order
 server decodes exactly what it decoded before (``tests/harness/tracing/test_langfuse_wire.py``
 compares every field; ``test_otlp.py`` checks the bytes are protobuf's own serialisation).
 
-Only what the exporter sends is supported: string, bool, int, float and list-of-string
-attribute values.
+Only what the exporter sends is supported: string (``str``, or ``bytes`` holding UTF-8),
+bool, int, float and list-of-string attribute values.
 """
 
 from __future__ import annotations
@@ -99,21 +99,25 @@ def _key_values(attrs: Mapping[str, Any], tag: bytes, parts: list[bytes]) -> Non
 
     A string value (nearly all of them) is laid out from its lengths without building the
     nested messages, so its text is copied once, by the caller's join."""
-    keys = _KEYS
+    keys, small = _KEYS, _SMALL
     for key, value in attrs.items():
         head = keys.get(key)
         if head is None:
             if len(keys) > 4096:  # metadata keys are user data: stay bounded
                 keys.clear()
             head = keys[key] = _field(0x0A, key.encode())
-        if type(value) is str:
-            data = value.encode()
+        kind = type(value)
+        if kind is str or kind is bytes:  # bytes: text already UTF-8 (a joined JSON array)
+            data = value.encode() if kind is str else value
             n = len(data)
-            inner = varint(n)  # AnyValue.string_value (1): tag, length, text
+            # AnyValue.string_value (1): tag, length, text; KeyValue.value (2) around it
+            # (short lengths looked up: this runs for every attribute of every span)
+            inner = small[n] if n < 0x80 else varint(n)
             any_len = 1 + len(inner) + n
-            outer = varint(any_len)  # KeyValue.value (2)
+            outer = small[any_len] if any_len < 0x80 else varint(any_len)
             kv_len = len(head) + 1 + len(outer) + any_len
-            parts += (tag, varint(kv_len), head, b"\x12", outer, b"\x0a", inner, data)
+            total = small[kv_len] if kv_len < 0x80 else varint(kv_len)
+            parts += (tag, total, head, b"\x12", outer, b"\x0a", inner, data)
         else:
             kv = head + _field(0x12, _any_value(value))
             parts += (tag, varint(len(kv)), kv)
@@ -132,10 +136,18 @@ def scope(name: str) -> bytes:
 
 
 def request(resource_msg: bytes, scope_msg: bytes, spans: Iterable[bytes]) -> bytes:
-    """An ``ExportTraceServiceRequest``: one resource, one scope, the given spans."""
-    scope_spans = _field(0x0A, scope_msg) + b"".join(_field(0x12, s) for s in spans)
-    resource_spans = _field(0x0A, resource_msg) + _field(0x12, scope_spans)
-    return _field(0x0A, resource_spans)
+    """An ``ExportTraceServiceRequest``: one resource, one scope, the given spans (laid out
+    from the lengths and joined once: the spans are most of the request's bytes)."""
+    framed: list[bytes] = []
+    for s in spans:
+        framed += (b"\x12", varint(len(s)), s)  # ScopeSpans.spans = 2
+    scope_field = _field(0x0A, scope_msg)  # ScopeSpans.scope = 1
+    scope_spans_len = len(scope_field) + sum(map(len, framed))
+    resource_field = _field(0x0A, resource_msg)  # ResourceSpans.resource = 1
+    head_ss = b"\x12" + varint(scope_spans_len)  # ResourceSpans.scope_spans = 2
+    resource_spans_len = len(resource_field) + len(head_ss) + scope_spans_len
+    head = b"\x0a" + varint(resource_spans_len)  # ExportTraceServiceRequest.resource_spans = 1
+    return b"".join((head, resource_field, head_ss, scope_field, *framed))
 
 
 def framed_span_size(span_msg: bytes) -> int:

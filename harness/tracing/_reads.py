@@ -63,14 +63,23 @@ def gc_paused() -> Iterator[None]:
 
 def _missing(digest: str, *, as_text: bool) -> Any:
     message = {"role": "unknown", "content": f"[missing message {digest}]"}
-    return orjson.dumps(message).decode() if as_text else message
+    return orjson.dumps(message) if as_text else message
 
 
-def _exotic(body: str) -> bool:
+def _decode(body: bytes) -> Any:
+    """A stored body (UTF-8 bytes) as :func:`loads` reads it: orjson for plain rows, the
+    general reader for ``NaN``/``Infinity`` tokens and integers beyond 64 bits."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return loads(body.decode())
+
+
+def _exotic(body: bytes) -> bool:
     """Whether a stored body may hold ``NaN``/``Infinity`` tokens (typed number fields keep
     them): such a row is re-encoded with ``json``, which writes them back, where orjson
     would write ``null``. A string that merely says "Infinity" costs that row the slow path."""
-    return "NaN" in body or "Infinity" in body
+    return b"NaN" in body or b"Infinity" in body
 
 
 @dataclass
@@ -87,6 +96,7 @@ class ExportRows:
         trace_rows: The trace rows of ``observations``, by id (all that are stored).
         roots: The stored root observations of ``traces`` that are not in
             ``observations``, by id.
+        scores: Pending scores, oldest first.
         exotic: Ids (observations, traces) whose body holds ``NaN``/``Infinity``.
     """
 
@@ -94,6 +104,7 @@ class ExportRows:
     traces: list[tuple[dict[str, Any], float]]
     trace_rows: dict[str, dict[str, Any]]
     roots: dict[str, dict[str, Any]]
+    scores: list[tuple[dict[str, Any], float]]
     exotic: set[str]
 
 
@@ -302,8 +313,9 @@ class TraceReader:
         for i in range(0, len(wanted), 500):  # below SQLite's parameter limit
             chunk = wanted[i : i + 500]
             marks = ",".join("?" * len(chunk))
+            column = "CAST(body AS BLOB)" if as_text else "body"  # as_text: the UTF-8 bytes
             for digest, body in conn.execute(
-                f"SELECT hash, body FROM messages WHERE hash IN ({marks})", chunk
+                f"SELECT hash, {column} FROM messages WHERE hash IN ({marks})", chunk
             ):
                 known[digest] = body if as_text else loads(body)
         for b in bodies:
@@ -431,12 +443,16 @@ class TraceReader:
             The rows, and per kind the skipped (id, updated_at) pairs.
         """
         exotic: set[str] = set()
-        skipped: dict[RecordKind, list[tuple[str, float]]] = {"observation": [], "trace": []}
+        skipped: dict[RecordKind, list[tuple[str, float]]] = {
+            "observation": [],
+            "trace": [],
+            "score": [],
+        }
 
-        def decode(rows: Iterable[tuple[str, float]], kind: RecordKind, key: str) -> list[Any]:
+        def decode(rows: Iterable[tuple[bytes, float]], kind: RecordKind, key: str) -> list[Any]:
             out = []
             for body, updated in rows:
-                row = loads(body)
+                row = _decode(body)
                 if not wanted(row[key]):
                     skipped[kind].append((row["id"], updated))
                     continue
@@ -448,8 +464,8 @@ class TraceReader:
         with self._conn() as conn:
             observations = decode(
                 conn.execute(
-                    "SELECT body, updated_at FROM observations WHERE exported_at IS NULL "
-                    "ORDER BY updated_at LIMIT ?",
+                    "SELECT CAST(body AS BLOB), updated_at FROM observations "
+                    "WHERE exported_at IS NULL ORDER BY updated_at LIMIT ?",
                     (limit,),
                 ),
                 "observation",
@@ -457,7 +473,7 @@ class TraceReader:
             )
             traces = decode(
                 conn.execute(
-                    "SELECT body, updated_at FROM traces WHERE exported_at IS NULL "
+                    "SELECT CAST(body AS BLOB), updated_at FROM traces WHERE exported_at IS NULL "
                     "AND (status != 'running' OR start_time < ?) ORDER BY updated_at LIMIT ?",
                     (running_started_before, limit),
                 ),
@@ -469,19 +485,31 @@ class TraceReader:
             roots: list[dict[str, Any]] = []
             for part in _chunks(root_ids):
                 for (body,) in conn.execute(
-                    f"SELECT body FROM observations WHERE id IN ({','.join('?' * len(part))})",
+                    "SELECT CAST(body AS BLOB) FROM observations "
+                    f"WHERE id IN ({','.join('?' * len(part))})",
                     part,
                 ):
-                    roots.append(loads(body))
+                    roots.append(_decode(body))
                     if _exotic(body):
                         exotic.add(roots[-1]["id"])
             self._resolve(conn, [o for o, _ in observations] + roots, as_text=True)
+            scores = decode(
+                conn.execute(
+                    "SELECT CAST(body AS BLOB), updated_at FROM scores WHERE exported_at IS NULL "
+                    "ORDER BY updated_at LIMIT ?",
+                    (limit,),
+                ),
+                "score",
+                "trace_id",
+            )
             trace_rows: dict[str, dict[str, Any]] = {}
             for part in _chunks(sorted({o["trace_id"] for o, _ in observations})):
                 for (body,) in conn.execute(
-                    f"SELECT body FROM traces WHERE id IN ({','.join('?' * len(part))})", part
+                    "SELECT CAST(body AS BLOB) FROM traces "
+                    f"WHERE id IN ({','.join('?' * len(part))})",
+                    part,
                 ):
-                    row = loads(body)
+                    row = _decode(body)
                     trace_rows[row["id"]] = row
                     if _exotic(body):
                         exotic.add(row["id"])
@@ -490,9 +518,28 @@ class TraceReader:
             traces=traces,
             trace_rows=trace_rows,
             roots={r["id"]: r for r in roots},
+            scores=scores,
             exotic=exotic,
         )
         return rows, skipped
+
+    def export_backlog(self, running_started_before: float) -> bool:
+        """Whether anything waits for export: an observation, a score, or a trace that is
+        finished or started before ``running_started_before`` (index probes, one
+        connection)."""
+        with self._conn() as conn:
+            for sql, args in (
+                ("SELECT 1 FROM observations WHERE exported_at IS NULL LIMIT 1", ()),
+                ("SELECT 1 FROM scores WHERE exported_at IS NULL LIMIT 1", ()),
+                (
+                    "SELECT 1 FROM traces WHERE exported_at IS NULL "
+                    "AND (status != 'running' OR start_time < ?) LIMIT 1",
+                    (running_started_before,),
+                ),
+            ):
+                if conn.execute(sql, args).fetchone() is not None:
+                    return True
+        return False
 
     def has_pending(self, kind: RecordKind) -> bool:
         """Whether any record of ``kind`` waits for export (one index probe)."""
@@ -506,19 +553,32 @@ class TraceReader:
 
     def mark_exported(self, kind: RecordKind, versions: Sequence[tuple[str, float]]) -> int:
         """Mark (id, updated_at) pairs exported; a row updated since keeps pending."""
-        if not versions:
+        return self.mark_exported_kinds({kind: versions})
+
+    def mark_exported_kinds(self, done: dict[RecordKind, Sequence[tuple[str, float]]]) -> int:
+        """:meth:`mark_exported` for several kinds in one transaction."""
+        done = {kind: versions for kind, versions in done.items() if versions}
+        if not done:
             return 0
+        marked = 0
         with self._conn() as conn:
             conn.execute("BEGIN")
-            cur = conn.executemany(
-                f"UPDATE {TABLES[kind].table} SET exported_at=? WHERE id=? AND updated_at=?",
-                [(time.time(), i, u) for i, u in versions],
-            )
-            conn.executemany(
-                "DELETE FROM export_errors WHERE kind=? AND id=?", [(kind, i) for i, _ in versions]
-            )
+            # errors are rare: one probe instead of a delete per exported row
+            errors = conn.execute("SELECT 1 FROM export_errors LIMIT 1").fetchone() is not None
+            now = time.time()
+            for kind, versions in done.items():
+                cur = conn.executemany(
+                    f"UPDATE {TABLES[kind].table} SET exported_at=? WHERE id=? AND updated_at=?",
+                    [(now, i, u) for i, u in versions],
+                )
+                marked += cur.rowcount
+                if errors:
+                    conn.executemany(
+                        "DELETE FROM export_errors WHERE kind=? AND id=?",
+                        [(kind, i) for i, _ in versions],
+                    )
             conn.execute("COMMIT")
-            return cur.rowcount
+        return marked
 
     def mark_failed(self, kind: RecordKind, errors: Sequence[tuple[str, str]]) -> None:
         """Record why the server rejected records (they stay pending and are retried)."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -75,24 +76,24 @@ NATIVE_SCORE_FIELDS = frozenset(
 )
 """Score fields with a native slot in Langfuse's score API; the rest go into metadata."""
 
-_EXACT = ("start_time", "end_time")
 _EXTRA_FIELDS = frozenset(Observation.model_fields) - NATIVE_OBSERVATION_FIELDS
 _SOURCES = {"human": "ANNOTATION"}  # everything else is "API"; our source goes in metadata
 _SKIP_TRACE_META = frozenset({"id", "input", "output", "metadata", *NATIVE_TRACE_ATTRIBUTES})
 
 
 class JsonArray:
-    """A JSON array whose items are already JSON text (the store's message bodies): sent
-    as their join, never decoded. Joined when encoded, so a batch holds each long
+    """A JSON array whose items are already JSON text, UTF-8 (the store's message bodies):
+    sent as their join, never decoded. Joined when encoded, so a batch holds each long
     conversation's messages once (shared), not one copy per generation."""
 
     __slots__ = ("items",)
 
-    def __init__(self, items: list[str]) -> None:
+    def __init__(self, items: list[bytes]) -> None:
         self.items = items
 
-    def text(self) -> str:
-        return "[" + ",".join(self.items) + "]"
+    def text(self) -> bytes:
+        """The array as UTF-8 JSON text."""
+        return b"[" + b",".join(self.items) + b"]"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, JsonArray) and other.items == self.items
@@ -100,7 +101,7 @@ class JsonArray:
     __hash__ = None  # type: ignore[assignment]
 
 
-def dumps(value: Any) -> str:
+def dumps(value: Any) -> str | bytes:
     """JSON, strings included, so a reader that parses IO as JSON gets the value back.
 
     orjson for the values a store row decodes to; what it refuses (integers beyond 64
@@ -117,7 +118,7 @@ def dumps(value: Any) -> str:
         return json.dumps(value, default=str)
 
 
-def strict_dumps(value: Any) -> str:
+def strict_dumps(value: Any) -> str | bytes:
     """``json.dumps`` (``NaN`` and ``Infinity`` as its tokens), :class:`JsonArray` joined."""
     if type(value) is JsonArray:
         return value.text()
@@ -154,10 +155,10 @@ def span_attributes(
     attrs: Any,
     *,
     environment: str | None = None,
-    encode: Callable[[Any], str] = dumps,
+    encode: Callable[[Any], str | bytes] = dumps,
 ) -> dict[str, Any]:
     """The span attributes of one stored observation (a ``model_dump(mode="json")`` dict;
-    its ``input`` may be a :class:`JsonArray`).
+    its ``input`` may be a :class:`JsonArray`, whose attribute is then UTF-8 bytes).
 
     Args:
         obs: The observation row.
@@ -168,59 +169,112 @@ def span_attributes(
         encode: The JSON encoder (:func:`strict_dumps` for rows holding ``NaN``).
     """
     a = attrs
-    out: dict[str, Any] = {a.OBSERVATION_TYPE: obs["type"], a.OBSERVATION_LEVEL: obs["level"]}
-    if obs.get("input") is not None:
-        out[a.OBSERVATION_INPUT] = encode(obs["input"])
-    if obs.get("output") is not None:
-        out[a.OBSERVATION_OUTPUT] = encode(obs["output"])
-    if obs.get("status_message"):
-        out[a.OBSERVATION_STATUS_MESSAGE] = obs["status_message"]
-    if obs.get("model"):
-        out[a.OBSERVATION_MODEL] = obs["model"]
-    usage = obs.get("usage")
+    names = _names(a)
+    get = obs.get
+    out: dict[str, Any] = {names.type: obs["type"], names.level: obs["level"]}
+    value = get("input")
+    if value is not None:
+        out[names.input] = encode(value)
+    value = get("output")
+    if value is not None:
+        out[names.output] = encode(value)
+    if value := get("status_message"):
+        out[names.status_message] = value
+    if value := get("model"):
+        out[names.model] = value
+    usage = get("usage")
     if usage:
-        out[a.OBSERVATION_USAGE_DETAILS] = encode(
-            {
-                "input": usage["input_tokens"],
-                "output": usage["output_tokens"],
-                "total": usage["total_tokens"],
-                **(
-                    {"input_cached_tokens": usage["cached_input_tokens"]}
-                    if usage.get("cached_input_tokens")
-                    else {}
-                ),
-            }
-        )
-    meta = dict(obs.get("metadata") or {})
+        details = {
+            "input": usage["input_tokens"],
+            "output": usage["output_tokens"],
+            "total": usage["total_tokens"],
+        }
+        if usage.get("cached_input_tokens"):
+            details["input_cached_tokens"] = usage["cached_input_tokens"]
+        out[names.usage_details] = encode(details)
+    meta = dict(get("metadata") or {})
     extra = {k: v for k, v in obs.items() if k in _EXTRA_FIELDS}
     # Langfuse keeps times to the microsecond: the exact floats travel along
-    extra.update({k: obs.get(k) for k in _EXACT})
+    extra["start_time"], extra["end_time"] = get("start_time"), get("end_time")
     meta[FIELDS_KEY] = extra
+    prefix = names.metadata_prefix
     for key, value in meta.items():
-        out[f"{a.OBSERVATION_METADATA}.{key}"] = encode(value)
+        out[prefix + key] = encode(value)
     env = (trace or {}).get("environment") or environment
     if env:
-        out[a.ENVIRONMENT] = env
+        out[names.environment] = env
     if trace is None:
         return out
     if trace.get("prompt_name"):
-        out[a.OBSERVATION_PROMPT_NAME] = trace["prompt_name"]
-        out[a.OBSERVATION_PROMPT_VERSION] = str(trace.get("prompt_version") or "")
-    for field in ("user_id", "session_id"):
-        if trace.get(field):
-            out[getattr(a, NATIVE_TRACE_ATTRIBUTES[field])] = trace[field]
+        out[names.prompt_name] = trace["prompt_name"]
+        out[names.prompt_version] = str(trace.get("prompt_version") or "")
+    if value := trace.get("user_id"):
+        out[names.user_id] = value
+    if value := trace.get("session_id"):
+        out[names.session_id] = value
     if obs["id"] == root_span_id(obs["trace_id"]):
-        out[a.TRACE_NAME] = trace.get("name") or "agent"
-        out[a.AS_ROOT] = True
+        out[names.trace_name] = trace.get("name") or "agent"
+        out[names.as_root] = True
         if trace.get("tags"):
-            out[a.TRACE_TAGS] = list(trace["tags"])
+            out[names.trace_tags] = list(trace["tags"])
         trace_meta = {k: v for k, v in trace.items() if k not in _SKIP_TRACE_META}
         trace_meta.update(trace.get("metadata") or {})
         for key, value in trace_meta.items():
             if _present(value):
-                out[f"{a.TRACE_METADATA}.{key}"] = encode(value)
-        out[f"{a.OBSERVATION_METADATA}.{TRACE_KEY}"] = encode(trace)
+                out[names.trace_metadata_prefix + key] = encode(value)
+        out[prefix + TRACE_KEY] = encode(trace)
     return out
+
+
+@dataclass(frozen=True)
+class _Names:
+    """The attribute names span_attributes writes, read once per attribute class."""
+
+    type: str
+    level: str
+    input: str
+    output: str
+    status_message: str
+    model: str
+    usage_details: str
+    metadata_prefix: str
+    environment: str
+    prompt_name: str
+    prompt_version: str
+    user_id: str
+    session_id: str
+    trace_name: str
+    as_root: str
+    trace_tags: str
+    trace_metadata_prefix: str
+
+
+_NAMES: dict[Any, _Names] = {}
+
+
+def _names(a: Any) -> _Names:
+    found = _NAMES.get(a)
+    if found is None:
+        found = _NAMES[a] = _Names(
+            type=a.OBSERVATION_TYPE,
+            level=a.OBSERVATION_LEVEL,
+            input=a.OBSERVATION_INPUT,
+            output=a.OBSERVATION_OUTPUT,
+            status_message=a.OBSERVATION_STATUS_MESSAGE,
+            model=a.OBSERVATION_MODEL,
+            usage_details=a.OBSERVATION_USAGE_DETAILS,
+            metadata_prefix=f"{a.OBSERVATION_METADATA}.",
+            environment=a.ENVIRONMENT,
+            prompt_name=a.OBSERVATION_PROMPT_NAME,
+            prompt_version=a.OBSERVATION_PROMPT_VERSION,
+            user_id=getattr(a, NATIVE_TRACE_ATTRIBUTES["user_id"]),
+            session_id=getattr(a, NATIVE_TRACE_ATTRIBUTES["session_id"]),
+            trace_name=a.TRACE_NAME,
+            as_root=a.AS_ROOT,
+            trace_tags=a.TRACE_TAGS,
+            trace_metadata_prefix=f"{a.TRACE_METADATA}.",
+        )
+    return found
 
 
 def score_request(score: dict[str, Any], *, environment: str | None = None) -> dict[str, Any]:

@@ -54,7 +54,7 @@ from evoharness.harness.tracing.langfuse_codec import (
     strict_dumps,
 )
 from evoharness.harness.tracing.schema import SCHEMA_VERSION, Observation, Trace, migrate_trace
-from evoharness.harness.tracing.store import RecordKind, TraceStore
+from evoharness.harness.tracing.store import TraceStore
 
 try:
     import langfuse
@@ -194,7 +194,10 @@ class LangfuseExporter:
 
     # -- spans -----------------------------------------------------------------------------
     def _span(
-        self, obs: dict[str, Any], trace: dict[str, Any] | None, encode: Callable[[Any], str]
+        self,
+        obs: dict[str, Any],
+        trace: dict[str, Any] | None,
+        encode: Callable[[Any], str | bytes],
     ) -> bytes:
         """One span, encoded: the stored ids and times, the codec's attributes."""
         env = self.environment
@@ -265,15 +268,6 @@ class LangfuseExporter:
         """Whether ``trace_id`` is exported (deterministic: the same answer every time)."""
         return self.sample_rate >= 1.0 or int(trace_id[:8], 16) / 0xFFFFFFFF < self.sample_rate
 
-    def _take(self, kind: RecordKind, trace_key: str) -> list[tuple[dict[str, Any], float]]:
-        rows = self.store.pending(
-            kind, self.batch_size, running_started_before=time.time() - self.stale_after_s
-        )
-        skipped = [(r["id"], u) for r, u in rows if not self.sampled(r[trace_key])]
-        if skipped:  # not sampled: done, without sending
-            self.store.mark_exported(kind, skipped)
-        return [(r, u) for r, u in rows if self.sampled(r[trace_key])]
-
     def export_once(self) -> ExportCycle:
         """Send one batch of pending observations, finished traces and scores."""
         cycle = ExportCycle()
@@ -287,19 +281,23 @@ class LangfuseExporter:
                 root_of=root_span_id,
                 wanted=self.sampled,
             )
-            for kind, done in skipped.items():  # not sampled: done, without sending
-                self.store.mark_exported(kind, done)
             ok, cycle.error = self._send(self._spans(rows, now, sent_obs, sent_traces))
             cycle.spans_sent = len(sent_obs) + len(sent_traces)
             done_obs = [(i, u) for i, u in sent_obs if i in ok]
             done_traces = [(i, u) for i, u, root in sent_traces if root in ok]
-            self.store.mark_exported("observation", done_obs)
-            self.store.mark_exported("trace", done_traces)
+            # one transaction: what was sent, and what sampling skipped (done unsent)
+            self.store.mark_exported_kinds(
+                {
+                    "observation": done_obs + skipped["observation"],
+                    "trace": done_traces + skipped["trace"],
+                    "score": skipped["score"],
+                }
+            )
             cycle.spans_ok = len(done_obs) + len(done_traces)
             if cycle.error is not None:
                 log.warning("Langfuse export request failed: %s", cycle.error)
                 return cycle
-            self._export_scores(cycle)
+            self._export_scores(cycle, rows.scores)
         except Exception as exc:  # never propagate into the caller's loop; retry later
             cycle.error = f"{type(exc).__name__}: {exc}"
             log.warning("Langfuse export cycle failed: %s", cycle.error)
@@ -357,11 +355,12 @@ class LangfuseExporter:
             return obs
         value = obs.get("input")
         if isinstance(value, JsonArray):
-            obs = {**obs, "input": [loads(item) for item in value.items]}
+            obs = {**obs, "input": [loads(item.decode()) for item in value.items]}
         return Observation.model_validate(obs).model_dump(mode="json")
 
-    def _export_scores(self, cycle: ExportCycle) -> None:
-        pending = self._take("score", "trace_id")
+    def _export_scores(
+        self, cycle: ExportCycle, pending: list[tuple[dict[str, Any], float]]
+    ) -> None:
         if not pending:
             return
         requests = [
@@ -389,18 +388,10 @@ class LangfuseExporter:
                 continue
             if cycle.spans_sent + cycle.scores_sent >= self.batch_size:
                 continue  # a backlog: no pause, no counting
-            if not (
-                self.store.has_pending("observation")
-                or self.store.has_pending("score")
-                or self._finished_traces_pending()
-            ):
+            if not self.store.export_backlog(time.time() - self.stale_after_s):
                 return True
             time.sleep(interval)
         return False
-
-    def _finished_traces_pending(self) -> bool:
-        ready = time.time() - self.stale_after_s
-        return bool(self.store.pending("trace", 1, running_started_before=ready))
 
     def start(self, interval: float = 1.0) -> None:
         """Export in a background thread until :meth:`stop` (backoff on failures)."""

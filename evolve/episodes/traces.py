@@ -158,37 +158,29 @@ class EpisodeFilter(BaseModel):
 
     def matches_trace(self, t: Trace) -> bool:
         """Whether a trace row can match (everything but scores)."""
-        if self.since is not None and t.start_time < self.since:
+        return self._matches_row(t) and all(
+            t.metadata.get(k) == v for k, v in self.metadata.items()
+        )
+
+    def _matches_row(self, row: Trace | Episode) -> bool:
+        """The checks a trace row and an episode share: time, tags, ids, versions, artifacts."""
+        if self.since is not None and row.start_time < self.since:
             return False
-        if self.until is not None and t.start_time >= self.until:
+        if self.until is not None and row.start_time >= self.until:
             return False
-        if not set(self.tags) <= set(t.tags):
+        if not set(self.tags) <= set(row.tags):
             return False
-        if not self.include_offline and OFFLINE_TAG in t.tags:
+        if not self.include_offline and OFFLINE_TAG in row.tags:
             return False
         for name in ("status", "session_id", "user_id", *_VERSION_FILTERS):
             wanted = getattr(self, name)
-            if wanted is not None and getattr(t, name) != wanted:
+            if wanted is not None and getattr(row, name) != wanted:
                 return False
-        if any(t.artifacts.get(k) != v for k, v in self.artifacts.items()):
-            return False
-        return all(t.metadata.get(k) == v for k, v in self.metadata.items())
+        return all(row.artifacts.get(k) == v for k, v in self.artifacts.items())
 
     def matches(self, e: Episode) -> bool:
         """Whether ``e`` passes the filter."""
-        if self.since is not None and e.start_time < self.since:
-            return False
-        if self.until is not None and e.start_time >= self.until:
-            return False
-        if not set(self.tags) <= set(e.tags):
-            return False
-        if not self.include_offline and OFFLINE_TAG in e.tags:
-            return False
-        for name in ("status", "session_id", "user_id", *_VERSION_FILTERS):
-            wanted = getattr(self, name)
-            if wanted is not None and getattr(e, name) != wanted:
-                return False
-        if any(e.artifacts.get(k) != v for k, v in self.artifacts.items()):
+        if not self._matches_row(e):
             return False
         if any(e.metadata.get(k) != v for k, v in self.metadata.items()):
             return False

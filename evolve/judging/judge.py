@@ -371,7 +371,39 @@ def model_name(model: BaseChatModel) -> str:
     )
 
 
-class LLMJudge:
+class _ModelVoter:
+    """What the model judges share: the model, the vote settings and the recorded prompt.
+
+    A subclass names its prompt in the registry (``judge_prompt/<_kind>``), its default
+    prompt and the prefix of the name it records.
+    """
+
+    _kind: str
+    _default_prompt: str
+    _name_prefix: str
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        *,
+        votes: int = 3,
+        retries: int = 2,
+        timeout_s: float = 60.0,
+        prompt: str | None = None,
+        prompt_version: str | None = None,
+    ) -> None:
+        self.model = model
+        self.votes = votes
+        self.retries = retries
+        self.timeout_s = timeout_s
+        self.prompt = prompt or self._default_prompt
+        self.prompt_version = prompt_version or prompt_ref("judge_prompt", self._kind, self.prompt)
+        self.model_name = model_name(model)
+        self.name = f"{self._name_prefix}:{self.model_name}"
+        self.last_error: str | None = None
+
+
+class LLMJudge(_ModelVoter):
     """Grades with a model: ``votes`` replies aggregated, with a disagreement figure.
 
     Use a deterministic setting on the model (temperature 0). Replies that do not parse
@@ -389,25 +421,9 @@ class LLMJudge:
         prompt_version: Recorded on verdicts (default: :func:`prompt_ref` of the text).
     """
 
-    def __init__(
-        self,
-        model: BaseChatModel,
-        *,
-        votes: int = 3,
-        retries: int = 2,
-        timeout_s: float = 60.0,
-        prompt: str | None = None,
-        prompt_version: str | None = None,
-    ) -> None:
-        self.model = model
-        self.votes = votes
-        self.retries = retries
-        self.timeout_s = timeout_s
-        self.prompt = prompt or JUDGE_PROMPT
-        self.prompt_version = prompt_version or prompt_ref("judge_prompt", "absolute", self.prompt)
-        self.model_name = model_name(model)
-        self.name = f"llm:{self.model_name}"
-        self.last_error: str | None = None
+    _kind = "absolute"
+    _default_prompt = JUDGE_PROMPT
+    _name_prefix = "llm"
 
     def _messages(self, episode: Episode, rubric: Rubric) -> list[Any]:
         items = "\n".join(f"- {i.id} [{i.priority}]: {i.description}" for i in rubric.items)
@@ -540,7 +556,7 @@ class _Ranking(BaseModel):
     scores: list[dict[str, Any]]
 
 
-class RelativeJudge:
+class RelativeJudge(_ModelVoter):
     """Ranks a group of runs of the same task against each other (RULER-style).
 
     Each vote scores every run of the group in [0, 1]; the scores of the valid votes are
@@ -557,24 +573,9 @@ class RelativeJudge:
         prompt_version: Recorded on verdicts (default: :func:`prompt_ref` of the text).
     """
 
-    def __init__(
-        self,
-        model: BaseChatModel,
-        *,
-        votes: int = 3,
-        retries: int = 2,
-        timeout_s: float = 60.0,
-        prompt: str | None = None,
-        prompt_version: str | None = None,
-    ) -> None:
-        self.model = model
-        self.votes = votes
-        self.retries = retries
-        self.timeout_s = timeout_s
-        self.prompt = prompt or RELATIVE_PROMPT
-        self.prompt_version = prompt_version or prompt_ref("judge_prompt", "relative", self.prompt)
-        self.name = f"relative:{model_name(model)}"
-        self.last_error: str | None = None
+    _kind = "relative"
+    _default_prompt = RELATIVE_PROMPT
+    _name_prefix = "relative"
 
     def _messages(self, group: Sequence[Episode]) -> list[Any]:
         runs = "\n\n".join(f"=== run {e.trace_id} ===\n{_episode_text(e, 2500)}" for e in group)

@@ -173,8 +173,12 @@ class LangfusePromptStore:
                 changelog="fallback template (Langfuse unavailable)",
             )
         raise PromptUnavailableError(
-            f"Langfuse could not serve prompt {name!r} ({reason}) and no fallback is set: pass "
-            "fallback=RegistryPromptStore(...) or fallback_template=... to LangfusePromptStore",
+            f"Langfuse could not serve prompt {name!r} ({reason}) and the fallback store has no "
+            "such version either: publish it there, or pass fallback_template=... too"
+            if self.fallback is not None
+            else f"Langfuse could not serve prompt {name!r} ({reason}) and no fallback is set: "
+            "pass fallback=RegistryPromptStore(...) or fallback_template=... to "
+            "LangfusePromptStore",
             name=name,
             label=label,
         )

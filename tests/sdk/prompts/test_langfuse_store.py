@@ -178,3 +178,11 @@ def test_a_rollout_moves_langfuse_labels_and_sessions_follow(
     assert [d.action for d in ctl.decisions(exp.id)] == ["promote"]
     seen = {agent.invoke("hi", user_id=f"u{i}")["messages"][-1].content for i in range(10)}
     assert seen == {"two"}
+
+
+def test_an_empty_fallback_store_is_named_not_called_missing(tmp_path: Path) -> None:
+    local = RegistryPromptStore(open_registry(tmp_path / "reg.db"))  # holds no "shop"
+    store = LangfusePromptStore(client(f"http://127.0.0.1:{free_port()}"), fallback=local)
+    with pytest.raises(PromptUnavailableError, match="fallback store has no such version") as info:
+        store.get("shop")
+    assert "no fallback is set" not in str(info.value)

@@ -158,8 +158,8 @@ def _import_failed(what: str, exc: BaseException) -> ConfigError:
     if isinstance(exc, ModuleNotFoundError) and exc.name:
         return ConfigError(
             f"cannot load environment {what}: no module named {exc.name!r} on the path; "
-            "install its package, or run from the folder that holds it or put that folder on "
-            "PYTHONPATH (PYTHONPATH=/path/to/src evoharness ...)",
+            "make it importable: install its package, or put the folder that holds the "
+            "module on PYTHONPATH (PYTHONPATH=/path/to/src evoharness ...)",
             field="env",
         )
     if isinstance(exc, SyntaxError):

@@ -562,6 +562,9 @@ def test_a_broken_plugin_says_what_broke_and_how_to_fix_it(
     assert "KeyError: 'ORDERDESK_URL'" in line("sweep_factory_raises:environment")
     missing = line("orderdesk_not_on_the_path.plugin:environment")
     assert "PYTHONPATH" in missing and "'orderdesk_not_on_the_path'" in missing
+    # the CLI's path holds its own scripts folder, not the working directory: only an
+    # installed package or PYTHONPATH makes a plugin importable
+    assert "make it importable" in missing and "run from the folder" not in missing
     assert "package.module:Object" in line(":")
 
 

@@ -78,8 +78,10 @@ def test_a_docs_block_runs_or_is_marked_with_a_reason(block: Block, tmp_path: Pa
 
 def test_a_mark_without_a_reason_is_found(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
-    page.write_text("<!-- not-run -->\n```python\nx\n```\n<!-- not-run: needs Redis -->\n"
-                    "```python\ny\n```\n```python\nz = 1\n```\n")
+    page.write_text(
+        "<!-- not-run -->\n```python\nx\n```\n<!-- not-run: needs Redis -->\n"
+        "```python\ny\n```\n```python\nz = 1\n```\n"
+    )
     first, second, third = python_blocks(page)
     assert (first.mark, first.reason) == ("not-run", "")
     assert (second.mark, second.reason) == ("not-run", "needs Redis")

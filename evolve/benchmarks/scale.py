@@ -30,13 +30,15 @@ same way from one real cycle.
 from __future__ import annotations
 
 import asyncio
+import functools
 import shutil
 import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,8 +53,9 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from evoharness.evolve.cycle import run_cycle
+from evoharness.evolve.cycle import CycleReport, run_cycle
 from evoharness.evolve.environment import (
+    EvolveEnvironment,
     build_judge,
     build_proposer,
     build_rubrics,
@@ -168,6 +171,30 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+@contextmanager
+def _replica_batch(path: Path, base: Path, first: int, count: int) -> Iterator[sqlite3.Connection]:
+    """One transaction on ``path`` with ``base`` attached as ``base`` and the replica numbers
+    ``first`` .. ``first + count - 1`` in ``temp.k(n)``: committed when the block ends,
+    rolled back when it raises."""
+    conn = _connect(path)
+    try:
+        conn.execute("ATTACH DATABASE ? AS base", (str(base),))
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("DROP TABLE IF EXISTS temp.k")
+        conn.execute("CREATE TEMP TABLE k (n INTEGER PRIMARY KEY)")
+        conn.executemany(
+            "INSERT INTO temp.k VALUES (?)", [(n,) for n in range(first, first + count)]
+        )
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    finally:
+        conn.close()
+
+
 def _hex_id(column: str, keep: int, salt: int) -> str:
     """SQL for a replica's id: the recorded id's first ``keep`` hex digits, then the replica
     number (plus ``salt``) as 8 hex digits: still a W3C id, unique per replica."""
@@ -182,15 +209,7 @@ def replicate(store: Path, base: Path, first: int, count: int, *, salt: int = 0)
 
     Both files must be trace stores (``TraceStore(path)`` creates the tables).
     """
-    conn = _connect(store)
-    try:
-        conn.execute("ATTACH DATABASE ? AS base", (str(base),))
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("DROP TABLE IF EXISTS temp.k")
-        conn.execute("CREATE TEMP TABLE k (n INTEGER PRIMARY KEY)")
-        conn.executemany(
-            "INSERT INTO temp.k VALUES (?)", [(n,) for n in range(first, first + count)]
-        )
+    with _replica_batch(store, base, first, count) as conn:
         conn.execute("DROP TABLE IF EXISTS temp.t")
         conn.execute(
             "CREATE TEMP TABLE t AS SELECT id, ROW_NUMBER() OVER (ORDER BY start_time, id) AS i "
@@ -286,28 +305,13 @@ def replicate(store: Path, base: Path, first: int, count: int, *, salt: int = 0)
             [shift_args] * select.count("?"),
         )
         conn.execute("INSERT OR IGNORE INTO main.messages SELECT * FROM base.messages")
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    finally:
-        conn.close()
 
 
 def replicate_state(state: Path, base: Path, first: int, count: int, *, salt: int = 0) -> None:
     """Copy the verdicts and routes of ``base`` (an evolve state after one cycle over the
     recorded traces) for replicas ``first`` .. ``first + count - 1`` (the ids
     :func:`replicate` gives). One transaction."""
-    conn = _connect(state)
-    try:
-        conn.execute("ATTACH DATABASE ? AS base", (str(base),))
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("DROP TABLE IF EXISTS temp.k")
-        conn.execute("CREATE TEMP TABLE k (n INTEGER PRIMARY KEY)")
-        conn.executemany(
-            "INSERT INTO temp.k VALUES (?)", [(n,) for n in range(first, first + count)]
-        )
+    with _replica_batch(state, base, first, count) as conn:
         new = _hex_id("j.trace_id", 24, salt)
         cols = [r[1] for r in conn.execute("PRAGMA main.table_info(judgments)")]
         values = {
@@ -330,13 +334,6 @@ def replicate_state(state: Path, base: Path, first: int, count: int, *, salt: in
             f"INSERT OR REPLACE INTO main.routes ({', '.join(cols)}) SELECT {select} "
             "FROM base.routes j CROSS JOIN temp.k k"
         )
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    finally:
-        conn.close()
 
 
 # -- stages -------------------------------------------------------------------------------
@@ -357,6 +354,30 @@ def time_reads(store: TraceStore, plan: Plan) -> tuple[float, float]:
     return w, t
 
 
+def _cycle(
+    plugin: EvolveEnvironment,
+    store: TraceStore,
+    state: EvolveState,
+    memory: MemoryStore,
+    *,
+    where: EpisodeFilter | None = None,
+) -> CycleReport:
+    """One evolve cycle over ``store``'s episodes with ``plugin``'s judge, rubrics and
+    proposer."""
+    return asyncio.run(
+        run_cycle(
+            LocalTraceSource(store),
+            where=where,
+            grader=build_judge(plugin),
+            rubrics=build_rubrics(plugin),
+            state=state,
+            memory=memory,
+            proposer=build_proposer(plugin),
+            owns=plugin.owns,
+        )
+    )
+
+
 def time_cycle(
     store_path: Path, base: Path, state_path: Path, work: Path, history: int, plan: Plan
 ) -> float:
@@ -369,18 +390,8 @@ def time_cycle(
     state = EvolveState(state_path)
     memory = MemoryStore(work / f"memory-{history}.db")
     t0 = time.perf_counter()
-    report = asyncio.run(
-        run_cycle(
-            LocalTraceSource(store),
-            where=EpisodeFilter(after_cursor=str(cursor), limit=plan.batch),
-            grader=build_judge(plugin),
-            rubrics=build_rubrics(plugin),
-            state=state,
-            memory=memory,
-            proposer=build_proposer(plugin),
-            owns=plugin.owns,
-        )
-    )
+    where = EpisodeFilter(after_cursor=str(cursor), limit=plan.batch)
+    report = _cycle(plugin, store, state, memory, where=where)
     seconds = time.perf_counter() - t0
     state.close()
     memory.close()
@@ -578,11 +589,11 @@ def time_curation(work: Path, size: int, adds: int = 100) -> dict[str, float]:
     return {"entries": t1 - t0, "reduce": t2 - t1, "replace": t3 - t2, "total": t3 - t0}
 
 
-def _table(echo: Echo, title: str, header: str, rows: list[str]) -> None:
+def _table(echo: Echo, title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    """A titled table: the column names, then each row's cells, every cell right-aligned to 10."""
     echo(title)
-    echo(f"  {header}")
-    for r in rows:
-        echo(f"  {r}")
+    for cells in (columns, *rows):
+        echo("  " + " ".join(f"{c:>10}" for c in cells))
 
 
 def run(
@@ -617,17 +628,7 @@ def _run(plan: Plan, work: Path, echo: Echo) -> dict[str, float]:
     state = EvolveState(state_base)
     memory = MemoryStore(work / "memory-recorded.db")
     recorded = TraceStore(base)
-    asyncio.run(
-        run_cycle(
-            LocalTraceSource(recorded),
-            grader=build_judge(plugin),
-            rubrics=build_rubrics(plugin),
-            state=state,
-            memory=memory,
-            proposer=build_proposer(plugin),
-            owns=plugin.owns,
-        )
-    )
+    _cycle(plugin, recorded, state, memory)
     for closeable in (state, memory, recorded):
         closeable.close()
 
@@ -673,53 +674,42 @@ def _run(plan: Plan, work: Path, echo: Echo) -> dict[str, float]:
 
 def report(res: Results, plan: Plan, echo: Echo, seconds: float) -> dict[str, float]:
     """Print the tables and the last line; returns the last line's numbers."""
-    sizes = list(plan.store_sizes)
-    _table(
-        echo,
+    sizes, backlogs = list(plan.store_sizes), list(plan.backlogs)
+    rounds, msizes = list(plan.rounds), list(plan.memory_sizes)
+    table = functools.partial(_table, echo)
+    table(
         f"episode reads (newest {plan.window:,}; newest {plan.tag_limit} with a rare tag)",
-        f"{'traces':>10} {'window s':>10} {'tag s':>10}",
-        [f"{s:>10,} {res.window[s]:>10.3f} {res.tag[s]:>10.3f}" for s in sizes],
+        ("traces", "window s", "tag s"),
+        [(f"{s:,}", f"{res.window[s]:.3f}", f"{res.tag[s]:.3f}") for s in sizes],
     )
-    _table(
-        echo,
+    table(
         f"cycle over {plan.batch} new episodes (judge, route, curate) at growing history",
-        f"{'history':>10} {'cycle s':>10}",
-        [f"{s:>10,} {res.cycle[s]:>10.2f}" for s in sizes],
+        ("history", "cycle s"),
+        [(f"{s:,}", f"{res.cycle[s]:.2f}") for s in sizes],
     )
-    backlogs = list(plan.backlogs)
-    _table(
-        echo,
+    table(
         "export drain (pending -> mark_exported, every kind, no network)",
-        f"{'backlog':>10} {'drain s':>10} {'ms/trace':>10}",
-        [f"{b:>10,} {res.drain[b]:>10.2f} {res.drain[b] / b * 1e3:>10.3f}" for b in backlogs],
+        ("backlog", "drain s", "ms/trace"),
+        [(f"{b:,}", f"{res.drain[b]:.2f}", f"{res.drain[b] / b * 1e3:.3f}") for b in backlogs],
     )
-    rounds = list(plan.rounds)
-    _table(
-        echo,
+    table(
         "context middleware per model call (before_model + wrap_model_call)",
-        f"{'round':>10} {'ms/call':>10}",
-        [f"{r:>10,} {res.context[r] * 1e3:>10.3f}" for r in rounds],
+        ("round", "ms/call"),
+        [(f"{r:,}", f"{res.context[r] * 1e3:.3f}") for r in rounds],
     )
-    msizes = list(plan.memory_sizes)
-    _table(
-        echo,
+    table(
         "memory retrieval (top-k strategies + lessons for a shop request)",
-        f"{'entries':>10} {'warm ms':>10} {'cold ms':>10}",
+        ("entries", "warm ms", "cold ms"),
         [
-            f"{m:>10,} {res.memory[m] * 1e3:>10.3f} {res.memory_cold[m] * 1e3:>10.1f}"
+            (f"{m:,}", f"{res.memory[m] * 1e3:.3f}", f"{res.memory_cold[m] * 1e3:.1f}")
             for m in msizes
         ],
     )
-    _table(
-        echo,
+    stages = ("entries", "reduce", "replace", "total")
+    table(
         "curation of 100 ADDs in a fresh store (read entries, reduce, replace + snapshot)",
-        f"{'entries':>10} {'read s':>10} {'reduce s':>10} {'replace s':>10} {'total s':>10}",
-        [
-            f"{m:>10,} "
-            + " ".join(f"{res.curation[m][k]:>10.2f}" for k in ("entries", "reduce", "replace"))
-            + f" {res.curation[m]['total']:>10.2f}"
-            for m in msizes
-        ],
+        ("entries", "read s", "reduce s", "replace s", "total s"),
+        [(f"{m:,}", *(f"{res.curation[m][k]:.2f}" for k in stages)) for m in msizes],
     )
     out = {
         "read_exp": max(

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from evoharness.evolve.episodes.traces import Episode
-from evoharness.evolve.monitor.findings import Finding, Layer
+from evoharness.evolve.monitor.findings import Finding, Layer, Severity
 from evoharness.evolve.monitor.sequential import Direction, DriftDetector
 from evoharness.evolve.weights.datasets import DatasetManifest
 from evoharness.sdk.registry import ArtifactNotFound, Registry, live_since
@@ -417,30 +417,31 @@ def context_rot(
         stale = sorted(n for n in names - reg if n in set(known) or not _plain_word(n, text))
         unmentioned = sorted(reg - names)
         if stale:
+            message = "names tools that are not registered"
             findings.append(
-                Finding(
-                    check="context_rot",
-                    layer="prompt",
-                    severity="warning",
-                    subject=f"prompt={ref}",
-                    metric="unregistered_tools",
-                    message=f"{ref} names tools that are not registered: {', '.join(stale)}",
-                    detail={"tools": stale, "registered": sorted(reg)},
-                )
+                _tool_finding(ref, "warning", "unregistered_tools", message, stale, reg)
             )
         if unmentioned and reg:
+            message = "never mentions registered tools"
             findings.append(
-                Finding(
-                    check="context_rot",
-                    layer="prompt",
-                    severity="info",
-                    subject=f"prompt={ref}",
-                    metric="unmentioned_tools",
-                    message=f"{ref} never mentions registered tools: {', '.join(unmentioned)}",
-                    detail={"tools": unmentioned, "registered": sorted(reg)},
-                )
+                _tool_finding(ref, "info", "unmentioned_tools", message, unmentioned, reg)
             )
     return findings
+
+
+def _tool_finding(
+    ref: str, severity: Severity, metric: str, message: str, tools: list[str], registered: set[str]
+) -> Finding:
+    """A context-rot finding on the prompt ``ref``: ``message`` and then the ``tools``."""
+    return Finding(
+        check="context_rot",
+        layer="prompt",
+        severity=severity,
+        subject=f"prompt={ref}",
+        metric=metric,
+        message=f"{ref} {message}: {', '.join(tools)}",
+        detail={"tools": tools, "registered": sorted(registered)},
+    )
 
 
 def _plain_word(name: str, text: str) -> bool:

@@ -27,10 +27,17 @@ from evoharness.evolve.promotion import (
 )
 from evoharness.evolve.routing.layers import LayerDecision, LayerRouting, summarize_decisions
 from evoharness.evolve.routing.pools import RouteConfig, route_all
+from evoharness.evolve.skills.learning import (
+    SkillLearning,
+    merged_skills,
+    skill_patterns,
+    sync_strategies,
+)
 from evoharness.harness.tracing import TraceStore
 from evoharness.sdk.memory import MEMORY, MemoryStore
 from evoharness.sdk.registry import GuardRuleVersions, Registry
 from evoharness.sdk.registry.guard_rules import GUARD_RULES
+from evoharness.sdk.skills import SKILLS, SkillVersions
 
 
 class CycleReport(BaseModel):
@@ -67,6 +74,18 @@ class CycleReport(BaseModel):
     """What happened to the new memory snapshot (with ``promotion``)."""
     guard_promotion: PromotionResult | None = None
     """What happened to the new guard-rule version (with ``promotion``)."""
+    skills_learned: int = 0
+    """Skills distilled this cycle (with ``skills``)."""
+    workflows_learned: int = 0
+    """Of those, skills with a workflow proven by replay."""
+    skills_version: int | None = None
+    """The ``skills/<name>`` version published (with ``skills``)."""
+    strategies_replaced: int = 0
+    """Memory strategies retired because the active skill set now covers their patterns."""
+    strategies_restored: int = 0
+    """Strategies retired that way brought back (the skill set no longer covers them)."""
+    skills_promotion: PromotionResult | None = None
+    """What happened to the new skill set (with ``skills`` and ``promotion``)."""
     seconds: float = 0.0
 
 
@@ -91,6 +110,7 @@ async def run_cycle(
     layers: LayerRouting | None = None,
     promotion: Promotion | None = None,
     replay_env: EvolveEnvironment | None = None,
+    skills: SkillLearning | None = None,
 ) -> CycleReport:
     """Run one cycle over the episodes ``where`` selects (idempotent and resumable).
 
@@ -110,6 +130,11 @@ async def run_cycle(
     can replay tasks, then a staged rollout; the rollout alone when it cannot). Without it
     (the library's default, which benchmarks and the demo rely on) they are activated at
     once; ``evoharness evolve cycle`` proves them unless told ``--activate``.
+
+    With ``skills`` the batch's judged episodes are distilled into skills, published as a
+    new version of ``skills/<skills.name>`` (proven like memory with ``promotion``, active
+    at once without), and the memory strategies of the case patterns they cover are retired
+    in the same cycle's memory snapshot (lessons stay).
     """
     started = time.time()
     now = now or started
@@ -155,6 +180,33 @@ async def run_cycle(
     ]
     entries = apply_feedback(entries, used, now=now)
     direct = promotion is None or promotion.activate
+    learned = skills.distiller.distill(episodes, verdicts) if skills is not None else []
+    skills_version: int | None = None
+    skills_promotion: PromotionResult | None = None
+    replaced = revived = 0
+    if skills is not None:
+        versions = SkillVersions(memory.registry, skills.name)
+        serving = versions.load()
+        merged = merged_skills(serving, learned)
+        if learned and [s.content_hash for s in merged] != [
+            serving.skills[n].content_hash for n in sorted(serving.skills)
+        ]:
+            published_skills = versions.publish(
+                merged,
+                label="active" if direct else "candidate",
+                reason=f"evolve cycle: {len(learned)} skill(s) from {len(episodes)} episodes",
+            )
+            skills_version = published_skills.version
+            if promotion is not None:  # the skills go first: the memory below follows them
+                skills_promotion = await asyncio.to_thread(
+                    _promote, memory.registry, SKILLS, skills.name,
+                    published_skills.version, promotion, replay_env,
+                )  # fmt: skip
+        else:
+            skills_version = serving.version or None
+        if skills.replace_strategies:
+            covered = skill_patterns(versions.load())  # what sessions are served now
+            entries, replaced, revived = sync_strategies(entries, covered)
     version = memory.replace(entries, note=f"cycle over {len(episodes)} episodes", activate=direct)
     live = [e for e in entries.values() if not e.retired]
     report = CycleReport(
@@ -171,6 +223,12 @@ async def run_cycle(
         strategies=sum(e.kind == "strategy" for e in live),
         lessons=sum(e.kind == "lesson" for e in live),
         added=sorted(set(entries) - set(before)),
+        skills_learned=len(learned),
+        workflows_learned=sum(s.workflow is not None for s in learned),
+        skills_version=skills_version,
+        skills_promotion=skills_promotion,
+        strategies_replaced=replaced,
+        strategies_restored=revived,
     )
     if promotion is not None:
         report.memory_promotion = await asyncio.to_thread(  # replays run their own loop
@@ -244,7 +302,26 @@ def summarize(report: CycleReport) -> dict[str, Any]:
         "lessons": report.lessons,
         "memory_version": report.memory_version,
         "guard_version": report.guard_version,
-        **({"memory_promotion": report.memory_promotion.status} if report.memory_promotion else {}),
-        **({"guard_promotion": report.guard_promotion.status} if report.guard_promotion else {}),
+        **{k: v for k, v in _when_set(report).items() if v},
         **{f"layer_{k}": v for k, v in report.layers.items()},
+    }
+
+
+def _when_set(report: CycleReport) -> dict[str, Any]:
+    """The report's optional figures (listed by :func:`summarize` only when set)."""
+    status = {
+        k: p.status if p is not None else None
+        for k, p in (
+            ("skills_promotion", report.skills_promotion),
+            ("memory_promotion", report.memory_promotion),
+            ("guard_promotion", report.guard_promotion),
+        )
+    }
+    return {
+        "skills_version": report.skills_version,
+        "skills_learned": report.skills_learned,
+        "workflows_learned": report.workflows_learned,
+        "strategies_replaced": report.strategies_replaced,
+        "strategies_restored": report.strategies_restored,
+        **status,
     }

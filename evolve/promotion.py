@@ -43,7 +43,9 @@ from evoharness.sdk.session import (
     MemorySource,
     Resolved,
     SessionContext,
+    SkillsSource,
 )
+from evoharness.sdk.skills import SKILLS, skill_set_of
 
 __all__ = [
     "REJECTED",
@@ -298,9 +300,17 @@ class _Fixed:
         return self._source.middleware()
 
 
-def fixed_source(registry: Registry, kind: str, name: str, version: int | None) -> Any:
+def fixed_source(
+    registry: Registry,
+    kind: str,
+    name: str,
+    version: int | None,
+    *,
+    case_key: Callable[[str], str] | None = None,
+) -> Any:
     """A source serving exactly ``version`` of ``kind/name`` (``None``: nothing), for the
-    kinds the cycle publishes (memory snapshots, guard-rule versions).
+    kinds the cycle publishes (memory snapshots, guard-rule versions, skill sets; a skill
+    is offered where ``case_key`` of the request matches its pattern).
 
     Raises:
         ConfigError: Another kind (its evaluation belongs to its own layer).
@@ -311,6 +321,9 @@ def fixed_source(registry: Registry, kind: str, name: str, version: int | None) 
     if kind == GUARD_RULES:
         rules = rules_of(registry.get(GUARD_RULES, name, version)) if version else None
         return _Fixed(GuardRulesSource(registry, name), version, rules)
+    if kind == SKILLS:
+        skills = skill_set_of(registry.get(SKILLS, name, version)) if version else None
+        return _Fixed(SkillsSource(registry, name, case_key=case_key), version, skills)
     raise ConfigError(f"no offline replay of {kind} here; its layer evaluates it", field="kind")
 
 
@@ -340,8 +353,11 @@ def artifact_evaluator(
         return None  # the environment has no such split: it cannot prove by replay
     p0 = p0_items(plugin, runtime, gate.gate_split)
 
+    def case_key(query: str) -> str:
+        return plugin.case_key(query, {})
+
     def run(version: int | None, split: str) -> EvalResult:
-        source = fixed_source(registry, kind, name, version)
+        source = fixed_source(registry, kind, name, version, case_key=case_key)
         return replay(
             runtime,
             split,

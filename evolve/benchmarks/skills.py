@@ -5,13 +5,18 @@ SIMULATED offline policy:
 
 1. run the train split with the harness, traced;
 2. one evolve cycle over those traces (judge, route, curate memory: strategies and lessons,
-   published as ``memory/<env>``);
-3. distill skills from the same judged traces (:class:`~evoharness.evolve.skills.SkillDistiller`)
-   and publish them as ``skills/<env>`` under the ``candidate`` label;
-4. run the frozen val split and a guard split twice — memory only (the baseline) and memory
-   plus the candidate skill set — both through the session door, same tasks, same seeds;
-5. judge those runs (P0), compare the arms paired by task, and promote the skill set when the
-   gate accepts it.
+   published as ``memory/<env>``): the baseline's snapshot, labelled ``baseline``;
+3. a second cycle over the same traces with skill learning
+   (:class:`~evoharness.evolve.skills.learning.SkillLearning`, the path
+   ``evoharness evolve cycle --skills`` runs; judging is not repeated): skills distilled from
+   the judged traces, published as ``skills/<env>``, and the memory strategies of the
+   patterns they cover retired in the new memory snapshot. The bench activates both at once
+   (like the demo) and gates them in step 5; the CLI proves them before they go live;
+4. run the frozen val split and a guard split twice — memory strategies only (the baseline)
+   and the skill set with its memory snapshot — both through the session door, same tasks,
+   same seeds;
+5. judge those runs (P0), compare the arms paired by task; when the gate turns the skill set
+   down, it is retired and memory rolled back to the baseline.
 
 Tokens are the model-visible messages plus the tool schemas bound to each call, counted
 with the harness's approximation; model calls are the AI messages of each run. The numbers
@@ -40,6 +45,7 @@ from evoharness.evolve import (
     judge_episodes,
     run_cycle,
 )
+from evoharness.evolve.cycle import CycleReport
 from evoharness.evolve.environment import (
     build_judge,
     build_proposer,
@@ -55,19 +61,21 @@ from evoharness.evolve.skills import (
     SkillDistiller,
     compare_arms,
     decide,
-    promote_if_proven,
 )
+from evoharness.evolve.skills.learning import SkillLearning
 from evoharness.harness import approx_tokens
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.harness.tracing.provenance import OFFLINE_TAG
-from evoharness.sdk.memory import MemoryStore
+from evoharness.sdk.memory import MEMORY, MemoryStore
 from evoharness.sdk.registry import open_registry
 from evoharness.sdk.runner import TaskResult, run_tasks
 from evoharness.sdk.session import ArtifactSource, MemorySource, SkillsSource
-from evoharness.sdk.skills import SkillVersions
+from evoharness.sdk.skills import SkillVersions, workflow_of
 from evoharness.sdk.testing import ScriptedChatModel
 
 ENVIRONMENTS = ("shop", "evoharness.examples.desk.plugin:environment")
+BASELINE = "baseline"
+"""The label the baseline arm's memory snapshot (before skills) carries."""
 
 
 class SchemaCountingModel(ScriptedChatModel):
@@ -193,43 +201,49 @@ def run_env(
     run(train, ["train"])
     store.flush(60)
     grader, rubrics = build_judge(plugin), build_rubrics(plugin)
-    asyncio.run(
-        run_cycle(
-            LocalTraceSource(store),
-            where=EpisodeFilter(tags=["train"]),
-            grader=grader,
-            rubrics=rubrics,
-            state=state,
-            memory=memory,
-            proposer=build_proposer(plugin),
-            scores_to=store,
-            concurrency=concurrency,
+
+    def cycle(learning: SkillLearning | None) -> CycleReport:
+        return asyncio.run(
+            run_cycle(
+                LocalTraceSource(store),
+                where=EpisodeFilter(tags=["train"]),
+                grader=grader,
+                rubrics=rubrics,
+                state=state,
+                memory=memory,
+                proposer=build_proposer(plugin),
+                scores_to=store,
+                concurrency=concurrency,
+                skills=learning,
+            )
         )
+
+    first = cycle(None)  # memory strategies and lessons only: the baseline's snapshot
+    if first.memory_version is None:
+        raise RuntimeError(f"[{name}] the first cycle published no memory snapshot")
+    registry.promote(
+        MEMORY, name, first.memory_version, label=BASELINE, actor="bench", reason="no skills"
     )
-    episodes = list(LocalTraceSource(store).episodes(EpisodeFilter(tags=["train"])))
-    distiller = SkillDistiller(
-        env=name,
-        case_key=plugin.case_key,
-        hints=lesson_hints_of(plugin, [e.query or "" for e in episodes[:1]]),
-    )
-    learned = distiller.distill(episodes, state.verdicts([e.trace_id for e in episodes]))
+    one = next(iter(LocalTraceSource(store).episodes(EpisodeFilter(tags=["train"]))), None)
+    hints = lesson_hints_of(plugin, [one.query or "" if one else ""])
+    distiller = SkillDistiller(env=name, case_key=plugin.case_key, hints=hints)
+    second = cycle(SkillLearning(name=name, distiller=distiller))  # judging is not repeated
     versions = SkillVersions(registry, name)
-    candidate = versions.publish([s.skill for s in learned], label="candidate", reason="learned")
+    served = versions.load()
+    workflows = sorted(n for n, s in served.skills.items() if workflow_of(s) is not None)
     echo(
-        f"[{name}] learned {len(learned)} skills, "
-        f"{sum(s.workflow is not None for s in learned)} with a workflow"
+        f"[{name}] cycle: {second.skills_learned} skills, {second.workflows_learned} with a "
+        f"workflow (skills/{name} v{second.skills_version}); {second.strategies_replaced} "
+        f"memory strategies retired (memory/{name} v{second.memory_version})"
     )
-    for s in learned:
-        if s.workflow is None:
-            echo(f"  {s.skill.name}: plain skill ({s.no_workflow})")
 
     def case_key(query: str) -> str:
         return plugin.case_key(query, {})
 
-    baseline: list[ArtifactSource] = [MemorySource(registry, name)]
+    baseline: list[ArtifactSource] = [MemorySource(registry, name, label=BASELINE)]
     skills: list[ArtifactSource] = [
         MemorySource(registry, name),
-        SkillsSource(registry, name, label="candidate", case_key=case_key, tracer=tracer),
+        SkillsSource(registry, name, case_key=case_key, tracer=tracer),
     ]
     arms: dict[str, dict[str, list[TaskResult]]] = {}
     for split, tasks in (("val", val), ("guard", guard)):
@@ -249,15 +263,18 @@ def run_env(
     runs = {split: {k: _arm(v, p0) for k, v in a.items()} for split, a in arms.items()}
     compared = {split: compare_arms(split, r["baseline"], r["skills"]) for split, r in runs.items()}
     decision = decide(compared["val"], compared["guard"])
-    promoted = promote_if_proven(versions, candidate.version, decision)
+    promoted = decision.accepted
+    if not promoted:  # turned down: serve what was served before the cycle
+        versions.retire(list(served.skills), reason=f"gate: {decision.reason}")
+        registry.rollback(MEMORY, name, actor="bench", reason=f"gate: {decision.reason}")
     store.close()
     memory.close()
     registry.close()
     return EnvResult(
         env=name,
         train_tasks=len(train),
-        skills=[s.skill.name for s in learned],
-        workflows=[s.workflow.name for s in learned if s.workflow is not None],
+        skills=sorted(served.skills),
+        workflows=workflows,
         val=compared["val"],
         guard=compared["guard"],
         decision=decision,

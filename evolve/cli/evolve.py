@@ -673,9 +673,20 @@ def cycle(
     ] = "val,guard,test",
     min_tasks: Annotated[int, typer.Option(min=1, help="Least paired gate tasks")] = 20,
     gate_limit: Annotated[int | None, typer.Option(min=1, help="Most tasks per split")] = None,
+    skills: Annotated[
+        str | None,
+        typer.Option(
+            "--skills",
+            metavar="NAME",
+            help="Also distil the good runs into skills (and workflows proven by replay), "
+            "published as skills/NAME and proven like memory; the memory strategies of the "
+            "patterns the active skill set covers are retired",
+        ),
+    ] = None,
 ) -> None:
-    """collect -> judge -> route -> curate -> decide, in one resumable run; new memory and
-    guard rules are published as candidates and proven before they go live."""
+    """collect -> judge -> route -> curate -> decide, in one resumable run; new memory,
+    guard rules (and with --skills, skills) are published as candidates and proven before
+    they go live."""
     from evoharness.evolve.cycle import run_cycle, summarize
     from evoharness.evolve.environment import build_proposer, build_rubrics, load_plugin
     from evoharness.evolve.episodes.traces import LocalTraceSource
@@ -702,9 +713,12 @@ def cycle(
     promotion = _promotion(
         activate, stages, min_dwell_s, tolerance, gate_splits, min_tasks, gate_limit
     )
+    if skills is not None and not skills.strip():
+        raise ConfigError("--skills needs a name, e.g. --skills shop", field="skills")
     with console.status(f"loading environment {env}"):
         plugin = load_plugin(env)
     where = _filter(tag, session, meta)
+    learning = _skill_learning(plugin, skills) if skills else None
     failed: list[str] = []
     outcomes: Counter[str] = Counter()
 
@@ -745,6 +759,7 @@ def cycle(
                 on_progress=judged,
                 promotion=promotion,
                 replay_env=plugin,
+                skills=learning,
             )
         )
         status.stop()
@@ -764,6 +779,18 @@ def cycle(
     _say(failures)
     _say_decisions(report)
     _say_generic(plugin, report.judge, set(report.tags))
+
+
+def _skill_learning(plugin: Any, name: str) -> Any:
+    """The cycle's skill learning for ``plugin`` into ``skills/<name>``."""
+    from evoharness.evolve.environment import lesson_hints_of
+    from evoharness.evolve.skills import SkillDistiller
+    from evoharness.evolve.skills.learning import SkillLearning
+
+    distiller = SkillDistiller(
+        env=plugin.name, case_key=plugin.case_key, hints=lesson_hints_of(plugin)
+    )
+    return SkillLearning(name=name.strip(), distiller=distiller)
 
 
 def _promotion(

@@ -355,7 +355,8 @@ def feeds(runs: Sequence[ClusterRun], into: int, sources: int) -> list[int]:
 
     A result feeds the step when one of its telling values is an argument's value or a
     word of an argument's text (a pick's reason naming its rating); looking from the
-    latest step back, a step counts only for values no later step already gave.
+    latest step back, a step counts only for values no later step already gave. A value the
+    request states is the request's, not the result's (the model has it either way).
     """
     used: set[int] = set()
     for run in runs:
@@ -371,7 +372,7 @@ def feeds(runs: Sequence[ClusterRun], into: int, sources: int) -> list[int]:
                 _canon(x)
                 for c in _results(run.steps[j])
                 for x in leaves(c.output)
-                if _informative(x) and _found_in(x, wanted, texts)
+                if _informative(x) and _found_in(x, wanted, texts) and not mentions(run.request, x)
             }
             if got - covered:
                 used.add(j + 1)

@@ -67,6 +67,9 @@ class MemoryEntry(BaseModel):
     created_at: float = 0.0
     updated_at: float = 0.0
     retired: bool = False
+    retired_by: str = ""
+    """What retired it, when not curation (``"skills"``: a skill set covering its patterns
+    went live; it comes back if that coverage goes)."""
 
     def model_post_init(self, _: Any) -> None:
         if not self.id:

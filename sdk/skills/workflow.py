@@ -137,7 +137,9 @@ class Workflow(BaseModel):
         params: Its typed parameters.
         steps: The procedure.
         returns: Steps (1-based) whose results the model gets back when it completes (the
-            others are summarised); a stopped workflow returns every result it got.
+            others are summarised; none listed: every result). A stopped workflow returns
+            these and the results the steps from the failed one on read (the model goes on
+            from there by hand).
         next: What the model does after it completes.
     """
 
@@ -296,16 +298,22 @@ class Workflow(BaseModel):
             unique.sort()
         return [json.loads(v) for v in unique]
 
-    def _report(self, done: list[dict[str, Any]], status: str) -> str:
-        keep = set(self.returns) if status == "completed" else None
+    def read_from(self, step: int) -> set[int]:
+        """The steps whose results what is left from ``step`` on (1-based; past the last:
+        what comes after the workflow) reads: the result sources of steps ``step``… and
+        :attr:`returns`."""
+        later = self.steps[max(step, 1) - 1 :]
+        sources = {s.step for t in later for s in t.args.values() if s.kind == "result"}
+        return {j for j in sources if j is not None} | set(self.returns or range(1, step))
+
+    def _report(self, done: list[dict[str, Any]], status: str, step: int = 0) -> str:
+        keep = self.read_from(len(self.steps) + 1 if status == "completed" else step)
         calls = [
-            {k: v for k, v in rec.items() if k != "output"}
-            if keep is not None and rec["step"] not in keep
-            else rec
+            rec if rec["step"] in keep else {k: v for k, v in rec.items() if k != "output"}
             for rec in done
         ]
         payload: dict[str, Any] = {"workflow": self.name, "status": status, "calls": calls}
-        if keep is not None and len(keep) < len(self.steps):
+        if any("output" in rec and rec["step"] not in keep for rec in done):
             payload["outputs"] = f"only of steps {sorted(keep)} (what comes next reads them)"
         if status == "completed" and self.next:
             payload["next"] = self.next
@@ -314,7 +322,7 @@ class Workflow(BaseModel):
     def _stopped(
         self, done: list[dict[str, Any]], step: int, error: str, *, calls: int | None = None
     ) -> WorkflowOutcome:
-        payload = json.loads(self._report(done, "stopped"))
+        payload = json.loads(self._report(done, "stopped", step))
         payload["stopped_at"] = {
             "step": step,
             "tool": self.steps[step - 1].tool if step else None,

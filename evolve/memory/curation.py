@@ -41,14 +41,15 @@ def passes_strategy_gates(
     return len({c["name"] for c in calls}) >= min_tools
 
 
+Packages = Sequence[dict[str, Any]]
+"""A cycle's diagnosis packages (one judged episode each: ``trace_id``, ``verdict``, ...)."""
+
+
 class Proposer(Protocol):
     """Proposes memory operations from this cycle's cases."""
 
     def propose(
-        self,
-        good: Sequence[dict[str, Any]],
-        bad: Sequence[dict[str, Any]],
-        existing: Sequence[MemoryEntry],
+        self, good: Packages, bad: Packages, existing: Sequence[MemoryEntry]
     ) -> list[MemoryOp]: ...
 
 
@@ -119,16 +120,11 @@ class RuleProposer:
         return case_of(pkg, self.case_key, self.pattern)
 
     def propose(
-        self,
-        good: Sequence[dict[str, Any]],
-        bad: Sequence[dict[str, Any]],
-        existing: Sequence[MemoryEntry],
+        self, good: Packages, bad: Packages, existing: Sequence[MemoryEntry]
     ) -> list[MemoryOp]:
         return [*self.strategies(good, existing), *self.lessons(bad, existing)]
 
-    def strategies(
-        self, good: Sequence[dict[str, Any]], existing: Sequence[MemoryEntry]
-    ) -> list[MemoryOp]:
+    def strategies(self, good: Packages, existing: Sequence[MemoryEntry]) -> list[MemoryOp]:
         """One strategy per case pattern of the gated goodcases (see the class docstring)."""
         runs: dict[str, list[dict[str, Any]]] = {}
         for pkg in good:
@@ -176,9 +172,7 @@ class RuleProposer:
             ]
         return ops
 
-    def lessons(
-        self, bad: Sequence[dict[str, Any]], existing: Sequence[MemoryEntry]
-    ) -> list[MemoryOp]:
+    def lessons(self, bad: Packages, existing: Sequence[MemoryEntry]) -> list[MemoryOp]:
         """One lesson per distinct hint of the badcases' failed items, scoped to the
         patterns it failed in; an earlier entry with the same text but its own pattern (as
         older versions wrote one per pattern) is folded into it."""
@@ -236,10 +230,7 @@ class LLMCurator:
         self.failures = 0
 
     def propose(
-        self,
-        good: Sequence[dict[str, Any]],
-        bad: Sequence[dict[str, Any]],
-        existing: Sequence[MemoryEntry],
+        self, good: Packages, bad: Packages, existing: Sequence[MemoryEntry]
     ) -> list[MemoryOp]:
         def brief(pkg: dict[str, Any]) -> dict[str, Any]:
             return {

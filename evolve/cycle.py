@@ -31,6 +31,7 @@ from evoharness.evolve.skills.learning import (
     SkillLearning,
     merged_skills,
     skill_patterns,
+    strategy_changes,
     sync_strategies,
 )
 from evoharness.harness.tracing import TraceStore
@@ -206,7 +207,8 @@ async def run_cycle(
             skills_version = serving.version or None
         if skills.replace_strategies:
             covered = skill_patterns(versions.load())  # what sessions are served now
-            entries, replaced, revived = sync_strategies(entries, covered)
+            entries = sync_strategies(entries, covered)
+            replaced, revived = strategy_changes(before, entries)
     version = memory.replace(entries, note=f"cycle over {len(episodes)} episodes", activate=direct)
     live = [e for e in entries.values() if not e.retired]
     report = CycleReport(

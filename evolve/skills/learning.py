@@ -28,6 +28,7 @@ __all__ = [
     "SkillLearning",
     "merged_skills",
     "skill_patterns",
+    "strategy_changes",
     "sync_strategies",
 ]
 
@@ -65,22 +66,36 @@ def skill_patterns(skills: SkillSet) -> set[str]:
 
 def sync_strategies(
     entries: Mapping[str, MemoryEntry], covered: set[str]
-) -> tuple[dict[str, MemoryEntry], int, int]:
-    """``entries`` with every live strategy whose patterns ``covered`` holds all of retired
+) -> dict[str, MemoryEntry]:
+    """``entries`` with every strategy whose patterns ``covered`` holds all of retired
     (``retired_by="skills"``), and every strategy retired that way whose patterns are no
-    longer all covered brought back; returns the entries, how many were retired and how
-    many brought back. A strategy that applies everywhere (no pattern) is never retired."""
+    longer all covered brought back. A strategy that applies everywhere (no pattern) is
+    never retired; curation's own retirements are left alone."""
     out: dict[str, MemoryEntry] = {}
-    retired = revived = 0
     for k, e in entries.items():
         scopes = set(e.scopes)
-        if e.kind == "strategy" and scopes:
-            inside = scopes <= covered
-            if inside and not e.retired:
+        by_skills = e.retired and e.retired_by == RETIRED_BY_SKILLS
+        if e.kind == "strategy" and scopes and scopes <= covered:
+            if not e.retired:
                 e = e.model_copy(update={"retired": True, "retired_by": RETIRED_BY_SKILLS})
-                retired += 1
-            elif not inside and e.retired and e.retired_by == RETIRED_BY_SKILLS:
-                e = e.model_copy(update={"retired": False, "retired_by": ""})
-                revived += 1
+        elif by_skills:
+            e = e.model_copy(update={"retired": False, "retired_by": ""})
+        elif not e.retired and e.retired_by:  # brought back by curation
+            e = e.model_copy(update={"retired_by": ""})
         out[k] = e
-    return out, retired, revived
+    return out
+
+
+def strategy_changes(
+    before: Mapping[str, MemoryEntry], after: Mapping[str, MemoryEntry]
+) -> tuple[int, int]:
+    """How many strategies the skills retired between ``before`` and ``after``, and how
+    many they gave back."""
+
+    def by_skills(entries: Mapping[str, MemoryEntry], k: str) -> bool:
+        e = entries.get(k)
+        return e is not None and e.retired and e.retired_by == RETIRED_BY_SKILLS
+
+    retired = sum(by_skills(after, k) and not by_skills(before, k) for k in after)
+    restored = sum(by_skills(before, k) and k in after and not after[k].retired for k in before)
+    return retired, restored

@@ -107,6 +107,27 @@ def test_a_failing_step_stops_and_hands_back_what_was_done() -> None:
     assert "by hand from step 3" in report["next"]
 
 
+def test_a_stopped_workflow_hands_back_what_the_rest_of_the_procedure_reads() -> None:
+    _, call = fake_tools(fail="notify_customer")
+    outcome = drive(refund_workflow().plan({"order_id": "A-1"}), call)
+    assert not outcome.ok and outcome.stopped_at == 4
+    report = json.loads(outcome.content)
+    outputs = {c["tool"]: c.get("output") for c in report["calls"]}
+    # step 4 reads steps 1 and 3, and what comes after reads step 3: those come back
+    assert json.loads(outputs["lookup_order"])["customer_id"] == "C-9"
+    assert json.loads(outputs["issue_refund"])["refund_id"] == "R-7"
+    assert outputs["check_refund_policy"] is None  # nothing left reads the policy
+    assert report["outputs"] == "only of steps [1, 3] (what comes next reads them)"
+    assert refund_workflow().read_from(1) == {1, 2, 3}
+
+
+def test_a_workflow_without_returns_hands_back_every_result() -> None:
+    wf = refund_workflow().model_copy(update={"returns": []})
+    _, call = fake_tools()
+    report = json.loads(drive(wf.plan({"order_id": "A-1"}), call).content)
+    assert all(c.get("output") for c in report["calls"]) and "outputs" not in report
+
+
 def test_missing_parameters_run_nothing() -> None:
     seen, call = fake_tools()
     outcome = drive(refund_workflow().plan({"reason": "late", "colour": "red"}), call)

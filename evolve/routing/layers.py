@@ -295,15 +295,12 @@ def decide_layers(
         if len(cl.failures) < c.min_cases:
             decide("none", "none", f"{len(cl.failures)} case(s) < min_cases={c.min_cases}")
             continue
-        broken = sorted(t for t in cl.tools if t in decaying)
+        broken = _flagged(cl.tools, decaying)
         if broken:
-            decide(
-                "ops",
-                "ops",
-                f"tool decay on {', '.join(broken)} ({decaying[broken[0]].message}); fix the "
-                "tool or its breaker settings, not the agent",
-                findings=[decaying[t].subject for t in broken],
-            )
+            first = next(iter(broken.values()))
+            reason = f"tool decay on {', '.join(broken)} ({first.message}); fix the tool or its "
+            reason += "breaker settings, not the agent"
+            decide("ops", "ops", reason, findings=[f.subject for f in broken.values()])
             continue
         target = _targeting(cl, memory, hints or {})
         memory_extra: dict[str, Any] = {}
@@ -346,16 +343,12 @@ def decide_layers(
                 **memory_extra,
             )
             continue
-        rot = sorted(t for t in cl.called if t in rotten)
+        rot = _flagged(cl.called, rotten)
         if rot:
-            decide(
-                "prompt",
-                "prompt_proposal",
-                f"the prompt names unregistered tool(s) {', '.join(rot)} that the failing "
-                "runs called: fix the prompt text",
-                findings=[rotten[t].subject for t in rot],
-                **memory_extra,
-            )
+            reason = f"the prompt names unregistered tool(s) {', '.join(rot)} that the failing "
+            reason += "runs called: fix the prompt text"
+            subjects = [f.subject for f in rot.values()]
+            decide("prompt", "prompt_proposal", reason, findings=subjects, **memory_extra)
             continue
         prompts = {v for t in cl.failures if (v := ran_with.get(t)) is not None}
         if tried and len(prompts) >= 2:
@@ -388,6 +381,11 @@ def decide_layers(
             "no lesson for it yet: a memory entry is the cheapest fix",
         )
     return out
+
+
+def _flagged(tools: Sequence[str], found: Mapping[str, Finding]) -> dict[str, Finding]:
+    """The finding on each of ``tools`` that ``found`` has one for, in name order."""
+    return {t: found[t] for t in sorted(tools) if t in found}
 
 
 def _pct(x: float | None) -> str:

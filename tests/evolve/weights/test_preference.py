@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evoharness.evolve.weights import DPORunConfig
-from evoharness.evolve.weights.preference import dpo_rows, self_pairs
-from evoharness.evolve.weights.sampling import Sample, rejection_sample
+from evoharness.evolve.weights import DPORunConfig, Sample, dpo_rows, rejection_sample, self_pairs
 
 from .conftest import TOOLS, conversation
 from .sampling_fixtures import TASKS, Policy, numbers, wrong_answer

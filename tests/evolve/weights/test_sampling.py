@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from evoharness.evolve.episodes.traces import Episode
-from evoharness.evolve.weights import SFTRunConfig
-from evoharness.evolve.weights.sampling import (
+from evoharness.evolve.weights import (
     ExpertRound,
     Rollout,
     Sample,
+    SFTRunConfig,
     expert_iteration,
     rejection_sample,
     verified_dataset,

@@ -6,8 +6,10 @@ import asyncio
 import functools
 import hashlib
 import json
+import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,11 +19,13 @@ from evoharness.evolve.episodes.sessions import SessionView
 from evoharness.evolve.episodes.traces import Episode
 from evoharness.evolve.judging.judge import JudgeFailure, RelativeJudge, Verdict
 from evoharness.evolve.judging.rubric import Rubric, RubricGenerator, query_hash
-from evoharness.evolve.judging.state import EvolveState
+from evoharness.evolve.judging.state import EvolveState, Judgment
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.tracing import TraceStore
 from evoharness.harness.tracing.provenance import GENERIC_JUDGE, judge_score_id, judge_source
-from evoharness.sdk.executors import Executor, LocalExecutor
+from evoharness.sdk.executors import Executor, ItemsFailedError, LocalExecutor
+
+log = logging.getLogger("evoharness.evolve.judging")
 
 
 class Grader(Protocol):
@@ -156,6 +160,24 @@ def scores_complete(episode: Episode, verdict: Verdict) -> bool:
     return all(same(have.get(r["name"]), r["value"]) for r in score_rows(verdict))
 
 
+Mark = tuple[str, str | None]
+"""What a judgment was when a job started: a hash of its status, versions, fingerprint and
+verdict, and its error. A judgment whose mark changed since was written by this job."""
+
+
+def mark(judgment: Judgment) -> Mark:
+    """The :data:`Mark` of ``judgment``."""
+    body = judgment.model_dump_json(exclude={"error"})
+    return hashlib.sha256(body.encode()).hexdigest()[:20], judgment.error
+
+
+def _count(report: JudgeReport, verdict: Verdict) -> None:
+    report.judged += 1
+    report.decided += verdict.success is not None
+    report.undecided += verdict.success is None
+    report.good += verdict.success is True
+
+
 async def judge_episodes(
     episodes: Iterable[Episode],
     *,
@@ -167,6 +189,7 @@ async def judge_episodes(
     retry_failed: bool = True,
     rejudge: bool = False,
     on_progress: Callable[[str, str], None] | None = None,
+    before: Mapping[str, Mark] | None = None,
 ) -> JudgeReport:
     """Judge every episode that needs it, at most ``concurrency`` at a time.
 
@@ -180,6 +203,11 @@ async def judge_episodes(
     batch's judgments are read (indexed), so the cost is O(batch), not O(history).
     ``on_progress(trace_id, outcome)`` is called per episode (outcome: judged, skipped,
     failed, running).
+
+    ``before`` holds the :func:`mark` of each judgment as the job that runs this batch found
+    it (a :class:`JudgePool` passes it to every shard). A shard that runs again after its
+    worker died finds the verdicts and failures its killed try committed: those are counted
+    as this run's (judged or failed), not as skipped, since the killed try's report is lost.
     """
     batch = list(episodes)
     known = state.lookup(e.trace_id for e in batch)
@@ -211,10 +239,7 @@ async def judge_episodes(
                 if scores_to is not None:  # scores first: a committed verdict implies them
                     write_scores(scores_to, verdict)
                 state.save_verdict(verdict, judge_key=key)
-                report.judged += 1
-                report.decided += verdict.success is not None
-                report.undecided += verdict.success is None
-                report.good += verdict.success is True
+                _count(report, verdict)
                 outcome = "judged"
         if on_progress is not None:
             on_progress(e.trace_id, outcome)
@@ -234,20 +259,31 @@ async def judge_episodes(
         j = known.get(e.trace_id)
         if j is not None and not rejudge:
             current = j.judge_key == key and j.fingerprint == fp
+            # written by an earlier try of this job (its worker died after committing it)
+            earlier = before is not None and before.get(e.trace_id) != mark(j)
             if j.status == "done" and j.verdict is not None and current:
-                report.skipped += 1
                 # a verdict stored before verdicts carried their environment is this one's
                 stored = j.verdict.model_copy(
                     update={"environment": j.verdict.environment or rubrics.environment}
                 )
+                if earlier:
+                    # that try's scores may have died with it in the store's queue: written
+                    # again (same ids), part of judging it rather than a repair
+                    if scores_to is not None and not scores_complete(e, stored):
+                        write_scores(scores_to, stored)
+                    _count(report, stored)
+                    done(e, "judged")
+                    continue
+                report.skipped += 1
                 if scores_to is not None and not scores_complete(e, stored):
                     write_scores(scores_to, stored)
                     report.repaired += 1
                 done(e, "skipped")
                 continue
             if j.status == "failed" and not retry_failed:
-                report.skipped += 1
-                done(e, "skipped")
+                report.failed += earlier
+                report.skipped += not earlier
+                done(e, "failed" if earlier else "skipped")
                 continue
         tasks.append(asyncio.ensure_future(one(e, fp)))
     if tasks:
@@ -314,7 +350,7 @@ async def rank_groups(
 
 
 def _judge_shard(
-    episodes: list[Episode],
+    shard: tuple[list[Episode], dict[str, Mark]],
     *,
     grader_factory: Callable[[], Grader],
     rubrics_factory: Callable[[], RubricGenerator],
@@ -324,7 +360,9 @@ def _judge_shard(
     retry_failed: bool,
     rejudge: bool = False,
 ) -> JudgeReport:
-    """Worker-process entry: judge one shard on this process's own event loop."""
+    """Worker-process entry: judge one shard (its episodes and their judgments' marks when
+    the job started) on this process's own event loop."""
+    episodes, before = shard
     scores = TraceStore(scores_path) if scores_path else None
     try:
         return asyncio.run(
@@ -337,6 +375,7 @@ def _judge_shard(
                 concurrency=concurrency,
                 retry_failed=retry_failed,
                 rejudge=rejudge,
+                before=before,
             )
         )
     finally:
@@ -395,9 +434,25 @@ class JudgePool:
         """Judge every episode that needs it (the rules of :func:`judge_episodes`: new,
         changed, judged by another judge/rubric version, or ``rejudge``); ``concurrency`` is
         split over the workers. Each shard decides what to skip from the shared state, so a
-        pool re-grades exactly what a single process would."""
+        pool re-grades exactly what a single process would.
+
+        A shard whose worker died is run again by the executor (its verdicts committed before
+        the death count once, as judged). A shard the executor gives up on
+        (:class:`~evoharness.sdk.executors.ItemsFailedError`) does not lose the others: their
+        reports are summed as usual, and the lost shard's episodes are accounted from the
+        shared state: verdicts it committed count as judged, failures it recorded as failed,
+        episodes it would have skipped as skipped, and every other one is recorded as a judge
+        failure naming the dead worker (``failed``; the error is in the state, as for any
+        judge failure). Accounting for a lost shard builds one grader and rubric generator
+        here, from the factories, for their versions.
+        """
         todo = list(episodes)
         shards = [s for s in (todo[i :: self.workers] for i in range(self.workers)) if s]
+        with closing(EvolveState(self.state_path)) as state:
+            before = {t: mark(j) for t, j in state.lookup(e.trace_id for e in todo).items()}
+        items = [
+            (s, {e.trace_id: before[e.trace_id] for e in s if e.trace_id in before}) for s in shards
+        ]
         work = functools.partial(
             _judge_shard,
             grader_factory=self.grader_factory,
@@ -408,10 +463,65 @@ class JudgePool:
             retry_failed=retry_failed,
             rejudge=rejudge,
         )
+        lost: dict[int, str] = {}
+        try:
+            parts: list[JudgeReport | None] = list(self.executor.map(work, items))
+        except ItemsFailedError as exc:
+            parts, lost = exc.results, exc.failed
+        for i, why in lost.items():
+            log.warning("judge shard %d of %d lost (its worker died): %s", i, len(shards), why)
+            parts[i] = self._account_lost(items[i], why, retry_failed=retry_failed, rejudge=rejudge)
         report = JudgeReport()
-        for part in self.executor.map(work, shards):
-            for field, value in part:
+        for part in parts:
+            for field, value in part or ():
                 setattr(report, field, getattr(report, field) + value)
+        return report
+
+    def _account_lost(
+        self,
+        shard: tuple[list[Episode], dict[str, Mark]],
+        why: str,
+        *,
+        retry_failed: bool,
+        rejudge: bool,
+    ) -> JudgeReport:
+        """The report of a shard lost for good, from what the shared state holds now."""
+        episodes, before = shard
+        grader = self.grader_factory()
+        key = judge_key(grader, self.rubrics_factory())
+        error = f"its judge worker died, the shard was given up: {why}"
+        report = JudgeReport()
+        with closing(EvolveState(self.state_path)) as state:
+            now = state.lookup(e.trace_id for e in episodes)
+            for e in episodes:
+                report.seen += 1
+                j = now.get(e.trace_id)
+                was = before.get(e.trace_id)
+                if e.status == "running":
+                    report.running += 1
+                elif j is not None and mark(j)[0] != (was[0] if was else None):
+                    if j.status == "done" and j.verdict is not None:
+                        _count(report, j.verdict)  # committed by the lost shard's tries
+                    else:
+                        report.failed += 1  # a judge failure that shard recorded
+                elif j is not None and was is not None and j.error != was[1]:
+                    report.failed += 1  # a failed re-grade that shard recorded
+                elif (
+                    j is not None
+                    and not rejudge
+                    and (
+                        (j.status == "failed" and not retry_failed)
+                        or (
+                            j.status == "done"
+                            and j.verdict is not None
+                            and (j.judge_key, j.fingerprint) == (key, fingerprint(e))
+                        )
+                    )
+                ):
+                    report.skipped += 1  # what the shard would have skipped
+                else:
+                    state.save_failure(e.trace_id, error, grader.name)
+                    report.failed += 1
         return report
 
     def close(self) -> None:

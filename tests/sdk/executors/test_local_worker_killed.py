@@ -4,14 +4,16 @@ every time is found by running it alone and named, the others' results kept (rea
 
 from __future__ import annotations
 
+import os
 import pickle
+import signal
 from pathlib import Path
 
 import pytest
 
 from evoharness.harness import ConfigError, HookError
 from evoharness.sdk.executors import ItemsFailedError, LocalExecutor
-from evoharness.sdk.testing.workloads import fail_counting, kill_worker_first
+from evoharness.sdk.testing.workloads import fail_counting, kill_worker_first, square, worker_pid
 
 
 def tries(marker_dir: Path, x: int) -> int:
@@ -58,6 +60,15 @@ def test_with_no_retries_the_first_break_runs_the_rest_alone(tmp_path: Path) -> 
     with LocalExecutor("processes", workers=2, max_retries=0) as ex:
         assert ex.map(kill_worker_first, items) == [0, 1, 4, 9]
     assert tries(tmp_path, 0) == 2
+
+
+def test_a_warm_worker_killed_between_maps_does_not_fail_the_next_map() -> None:
+    with LocalExecutor("processes", workers=2) as ex:
+        pids = set(ex.map(worker_pid, list(range(4))))
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)  # killed while idle: the warm pool is broken
+        assert ex.map(square, list(range(6))) == [x * x for x in range(6)]
+        assert not pids & set(ex.map(worker_pid, list(range(4))))  # a new pool serves it
 
 
 def test_an_exception_of_the_function_is_not_retried(tmp_path: Path) -> None:

@@ -40,6 +40,10 @@ from evoharness.sdk.registry import GuardRuleVersions, Registry
 from evoharness.sdk.registry.guard_rules import GUARD_RULES
 from evoharness.sdk.skills import SKILLS, SkillVersions
 
+SKILLS_COST_RATIO = 0.8
+"""A skill set that solves no fewer gate tasks at most this share of the active set's
+tokens per task passes the offline gate (``GateConfig.max_cost_ratio``)."""
+
 
 class CycleReport(BaseModel):
     """What a cycle did.
@@ -284,7 +288,10 @@ def _promote(
     """The promotion rule for a candidate the cycle just published."""
     evaluate = None
     if env is not None and policy.gate is not None and not policy.activate:
-        evaluate = artifact_evaluator(env, registry, kind, name, gate=policy.gate)
+        gate = policy.gate
+        if kind == SKILLS and gate.max_cost_ratio is None:  # skills buy cost: a win too
+            gate = gate.model_copy(update={"max_cost_ratio": SKILLS_COST_RATIO})
+        evaluate = artifact_evaluator(env, registry, kind, name, gate=gate)
     return promote_candidate(registry, kind, name, version, policy=policy, evaluate=evaluate)
 
 

@@ -73,6 +73,9 @@ class TaskEval(BaseModel):
 
     success: bool
     p0_pass: bool = True
+    tokens: int = 0
+    """Input and output tokens the run spent."""
+    model_calls: int = 0
 
 
 class EvalResult(BaseModel):
@@ -84,6 +87,11 @@ class EvalResult(BaseModel):
     def success_rate(self) -> float:
         """Share of tasks solved."""
         return sum(t.success for t in self.tasks.values()) / max(len(self.tasks), 1)
+
+    @property
+    def mean_tokens(self) -> float:
+        """Tokens per task."""
+        return sum(t.tokens for t in self.tasks.values()) / max(len(self.tasks), 1)
 
 
 # -- the gate ------------------------------------------------------------------------------
@@ -98,6 +106,10 @@ class GateConfig(BaseModel):
         min_tasks: Least paired tasks on the gate split (fewer: rejected, "too few").
         limit: Most tasks taken per split (``None``: all), the same ones for both arms.
         min_gain: How much the candidate's gate success rate must exceed the control's.
+        max_cost_ratio: A candidate that solves no fewer gate tasks than the control
+            (paired losses ≤ wins) at most this share of its tokens per task also passes
+            (``None``: only a success win does). Skill sets are proven this way by default
+            (0.8): what they buy is cost.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -109,6 +121,7 @@ class GateConfig(BaseModel):
     min_tasks: int = Field(20, ge=1)
     limit: int | None = Field(None, ge=1)
     min_gain: float = Field(0.0, ge=0.0)
+    max_cost_ratio: float | None = Field(None, gt=0.0, lt=1.0)
 
     @model_validator(mode="after")
     def _separate(self) -> GateConfig:
@@ -164,6 +177,8 @@ class GateDecision(BaseModel):
     p_value: float = 1.0
     guard_tasks: int = 0
     report: dict[str, float] = Field(default_factory=dict)
+    tokens: dict[str, float] = Field(default_factory=dict)
+    """``control``/``candidate`` tokens per gate task."""
 
 
 def paired_gate(
@@ -177,12 +192,15 @@ def paired_gate(
     alpha: float = 0.05,
     min_tasks: int = 20,
     min_gain: float = 0.0,
+    max_cost_ratio: float | None = None,
 ) -> GateDecision:
     """Compare a candidate with the active version, paired by task.
 
     Both must have been run on the same tasks. The candidate passes with at least
     ``min_tasks`` paired gate tasks, more wins than losses at exact McNemar p < ``alpha``,
     a gain above ``min_gain``, and no guard task where the control passed P0 and it fails.
+    With ``max_cost_ratio``, no more losses than wins at most that share of the control's
+    tokens per gate task is a win too (the gain and McNemar conditions then do not apply).
 
     Raises:
         ConfigError: The two were not run on the same gate tasks.
@@ -199,6 +217,13 @@ def paired_gate(
         if a.p0_pass and t in candidate_guard.tasks and not candidate_guard.tasks[t].p0_pass
     )
     cand, act = candidate_val.success_rate, active_val.success_rate
+    tokens = {"control": active_val.mean_tokens, "candidate": candidate_val.mean_tokens}
+    cheaper = (
+        max_cost_ratio is not None
+        and losses <= wins
+        and tokens["control"] > 0
+        and tokens["candidate"] <= max_cost_ratio * tokens["control"]
+    )
     report: dict[str, float] = {}
     if candidate_report is not None and active_report is not None:
         shared = set(candidate_report.tasks) & set(active_report.tasks)
@@ -212,12 +237,19 @@ def paired_gate(
         f"val {cand:.3f} vs active {act:.3f} (+{wins}/-{losses} paired on {len(pairs)} tasks, "
         f"exact McNemar p={p:.4f})"
     )
+    if max_cost_ratio is not None and tokens["control"] > 0:
+        ratio = tokens["candidate"] / tokens["control"]
+        line += f"; tokens/task {ratio:.2f}x the active's (a win at <= {max_cost_ratio:.2f}x)"
     if regressions:
         why = f"P0 regressions on the guard split: {', '.join(regressions[:5])}"
     elif len(pairs) < min_tasks:
         why = f"too few tasks: {len(pairs)} < {min_tasks}"
+    elif cheaper:
+        why = ""
     elif not (wins > losses and p < alpha):
         why = f"no significant paired win at alpha {alpha}"
+        if max_cost_ratio is not None:
+            why += f" and not cheaper at equal success (<= {max_cost_ratio:.2f}x tokens)"
     elif cand - act <= min_gain:
         why = f"gain {cand - act:.3f} not above {min_gain}"
     else:
@@ -237,6 +269,7 @@ def paired_gate(
         p_value=p,
         guard_tasks=len(set(active_guard.tasks) & set(candidate_guard.tasks)),
         report=report,
+        tokens=tokens,
     )
 
 
@@ -277,7 +310,10 @@ def replay(
     return EvalResult(
         tasks={
             r.task_id: TaskEval(
-                success=r.success, p0_pass=not (set(r.failures) & p0_ids) and r.error is None
+                success=r.success,
+                p0_pass=not (set(r.failures) & p0_ids) and r.error is None,
+                tokens=r.input_tokens + r.output_tokens,
+                model_calls=r.model_calls,
             )
             for r in results
         }
@@ -380,6 +416,7 @@ def artifact_evaluator(
             alpha=gate.alpha,
             min_tasks=gate.min_tasks,
             min_gain=gate.min_gain,
+            max_cost_ratio=gate.max_cost_ratio,
         )
 
     return evaluate

@@ -165,3 +165,37 @@ def test_cli_cycle_learns_skills(
         assert SkillVersions(registry, "desk").load().skills
     assert main([*base, *stores, "--skills", " "]) == 2
     assert "--skills needs a name" in capsys.readouterr().err
+
+
+def test_a_skill_set_is_proven_by_replay_and_passes_on_cost(desk: Desk) -> None:
+    from evoharness.evolve.promotion import GateConfig
+
+    desk.cycle(skills=False)
+    gate = GateConfig(
+        gate_split="val", guard_split="test", report_split=None, min_tasks=8, limit=12
+    )
+    report = asyncio.run(
+        run_cycle(
+            LocalTraceSource(desk.store),
+            where=EpisodeFilter(tags=["train"]),
+            grader=build_judge(desk.plugin),
+            rubrics=build_rubrics(desk.plugin),
+            state=desk.state,
+            memory=desk.memory,
+            proposer=build_proposer(desk.plugin),
+            promotion=Promotion(gate=gate, min_dwell_s=0),
+            replay_env=desk.plugin,
+            skills=desk.learning,
+        )
+    )
+    got = report.skills_promotion
+    assert got is not None and got.gate is not None  # replayed: both arms, same tasks
+    decision = got.gate
+    assert decision.tasks == 12 and decision.losses <= decision.wins
+    assert decision.tokens["candidate"] < decision.tokens["control"]  # fewer model calls
+    assert "tokens/task" in decision.reason  # the skills' cost rule was applied
+    ratio = decision.tokens["candidate"] / decision.tokens["control"]
+    won = decision.wins > decision.losses and decision.p_value < 0.05
+    expected = won or (decision.losses <= decision.wins and ratio <= 0.8)
+    assert decision.passed == expected, decision.reason
+    assert got.status == ("rollout" if expected else "rejected")

@@ -22,11 +22,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import inspect
 import uuid
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
+    Awaitable,
     Callable,
+    Coroutine,
     Generator,
     Iterator,
     Mapping,
@@ -35,7 +38,7 @@ from collections.abc import (
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, ParamSpec, TypeVar, cast
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
@@ -116,9 +119,57 @@ class _Call:
     config: RunnableConfig
     info: RunInfo | None
     pin: SessionPin
+    graph_kw: dict[str, Any]  # passed on to the graph's invoke or stream
 
 
 _RUN_FIELDS = set(RunInfo.model_fields)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _same_arguments_as(
+    model: Callable[_P, object],
+) -> Callable[[Callable[..., _R]], Callable[_P, _R]]:
+    """Gives the decorated function ``model``'s parameters, for type checkers and
+    :func:`inspect.signature`; it takes them as ``**kw`` and hands them on to ``model``.
+    The entry points' arguments are written once, in the method that reads them."""
+
+    def give(fn: Callable[..., _R]) -> Callable[_P, _R]:
+        own = inspect.signature(fn).return_annotation
+        fn.__signature__ = inspect.signature(model).replace(  # type: ignore[attr-defined]
+            return_annotation=own
+        )
+        return cast(Callable[_P, _R], fn)
+
+    return give
+
+
+Twin = Callable[..., Awaitable[Any]]
+"""Makes a call that has a sync and an async form: ``await twin(fn, afn, *args)`` calls
+``fn(*args)`` (:func:`_sync_form`) or awaits ``afn(*args)`` (:func:`_async_form`), so steps
+written once as a coroutine serve the sync and the async entry points."""
+
+
+async def _sync_form(fn: Callable[..., Any], afn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    return fn(*args)
+
+
+async def _async_form(
+    fn: Callable[..., Any], afn: Callable[..., Awaitable[Any]], *args: Any
+) -> Any:
+    return await afn(*args)
+
+
+def _run_now(steps: Coroutine[Any, Any, _R]) -> _R:
+    """The result of ``steps`` run with :func:`_sync_form`: it never suspends, so one
+    ``send`` runs it to the end, on this thread and in this context."""
+    try:
+        steps.send(None)
+    except StopIteration as done:
+        return cast(_R, done.value)
+    steps.close()
+    raise RuntimeError("steps run with the sync form awaited something that suspends")
 
 
 def _error_of(exc: BaseException | None) -> BaseException | None:
@@ -127,49 +178,73 @@ def _error_of(exc: BaseException | None) -> BaseException | None:
 
 
 class _SessionScope:
-    """One session's scope, sync or async: the harness's session scope, the trace, and the
-    guaranteed on_session_end (LangChain skips ``after_agent`` when a run raises). Written
-    once; only reading the last checkpoint and calling the hooks differ by driver."""
+    """One session's scope, sync or async: the harness's session scope, the trace (its
+    output: the final answer's text), and the guaranteed on_session_end (LangChain skips
+    ``after_agent`` when a run raises). Written once: the end of the session is one
+    coroutine (:meth:`_end`) that either form runs."""
 
     def __init__(self, agent: EvoAgent, call: _Call) -> None:
         self.agent = agent
         self.call = call
+        self.active: ActiveRun | None = None
         self._stack = ExitStack()
+        self._seen = _StreamOutput()
 
-    def _enter(self) -> ActiveRun | None:
+    def _enter(self) -> _SessionScope:
         self._scope = self._stack.enter_context(session_scope())
-        return self._stack.enter_context(self.agent._traced(self.call))
+        self.active = self._stack.enter_context(self.agent._traced(self.call))
+        return self
 
-    def _must_end(self) -> bool:
-        return not self._scope.ended and bool(self.agent._hooks)  # no hooks: no state read
+    def result(self, result: Any) -> Any:
+        """The graph's ``result``, its final answer's text recorded as the trace's output."""
+        if self.active is not None:
+            self.active.output = _final_text(result)
+        return result
 
-    def __enter__(self) -> ActiveRun | None:
+    def chunk(self, chunk: Any) -> Any:
+        """A stream's ``chunk``; the trace's output follows the final answer's text."""
+        self._seen.see(chunk)
+        if self.active is not None:
+            self.active.output = self._seen.text
+        return chunk
+
+    async def _end(self, exc: BaseException | None, twin: Twin) -> None:
+        if self._scope.ended or not self.agent._hooks:  # no hooks: no state read
+            return
+        state = await self.agent._state(self.call.config, twin)
+        for h in self.agent._hooks:
+            await twin(h.end_session, h.aend_session, state, _error_of(exc))
+
+    def __enter__(self) -> _SessionScope:
         return self._enter()
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         try:
-            if self._must_end():
-                state = self.agent._state(self.call.config)
-                for h in self.agent._hooks:
-                    h.end_session(state, _error_of(exc))
+            _run_now(self._end(exc, _sync_form))
         finally:
             self._stack.__exit__(kind, exc, tb)
 
-    async def __aenter__(self) -> ActiveRun | None:
+    async def __aenter__(self) -> _SessionScope:
         return self._enter()
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         try:
-            if self._must_end():
-                state = await self.agent._astate(self.call.config)
-                for h in self.agent._hooks:
-                    await h.aend_session(state, _error_of(exc))
+            await self._end(exc, _async_form)
         finally:
             self._stack.__exit__(kind, exc, tb)
+
+
+@dataclasses.dataclass
+class _Batch:
+    users: list[str | None]
+    threads: list[str | None]
+    workers: int
+    return_exceptions: bool
+    kw: dict[str, Any]  # passed on to each invoke
 
 
 class EvoAgent:
@@ -223,13 +298,18 @@ class EvoAgent:
     def _prepare(
         self,
         payload: Any,
-        config: RunnableConfig | None,
-        run: RunInfo | None,
-        user_id: str | None,
-        thread_id: str | None,
-        session_id: str | None,
-        variables: Mapping[str, Any] | None,
+        config: RunnableConfig | None = None,
+        *,
+        run: RunInfo | None = None,
+        user_id: str | None = None,
+        thread_id: str | None = None,
+        session_id: str | None = None,
+        prompt_variables: Mapping[str, Any] | None = None,
+        **kw: Any,
     ) -> _Call:
+        """One turn's call (the arguments of :meth:`invoke`, :meth:`ainvoke`,
+        :meth:`stream` and :meth:`astream`): the session opened through the door, the
+        config, the trace info; ``kw`` goes on to the graph."""
         if isinstance(payload, str):
             payload = {"messages": [HumanMessage(payload)]}
         cfg, session, keep = self._session_of(config, thread_id, session_id)
@@ -239,13 +319,13 @@ class EvoAgent:
             user or session,
             user_id=user,
             thread=keep,
-            variables=variables or {},
+            variables=prompt_variables or {},
             metadata=dict(run.metadata) if run else {},
         )
         pin = self.door.open(context)
         cfg["configurable"][PIN_KEY] = pin
         info = self._run_info(payload, cfg, run, pin, user, session_id) if self.tracer else None
-        return _Call(payload, cfg, info, pin)
+        return _Call(payload, cfg, info, pin, kw)
 
     @staticmethod
     def _run_info(
@@ -299,44 +379,41 @@ class EvoAgent:
             return nullcontext(None)
         return self.tracer.run(call.info)
 
-    def _state(self, config: RunnableConfig) -> dict[str, Any]:
+    async def _state(self, config: RunnableConfig, twin: Twin) -> dict[str, Any]:
+        """The last checkpointed state (``{}`` without a checkpointer or a checkpoint)."""
         if self.graph.checkpointer is None:
             return {}
         try:
-            return dict(self.graph.get_state(config).values)
-        except Exception:  # no checkpoint yet
-            return {}
-
-    async def _astate(self, config: RunnableConfig) -> dict[str, Any]:
-        if self.graph.checkpointer is None:
-            return {}
-        try:
-            return dict((await self.graph.aget_state(config)).values)
+            return dict((await twin(self.graph.get_state, self.graph.aget_state, config)).values)
         except Exception:  # no checkpoint yet
             return {}
 
     def _session(self, call: _Call) -> _SessionScope:
         return _SessionScope(self, call)
 
-    async def _aprepare(self, *args: Any) -> _Call:
+    async def _aprepare(self, payload: Any, config: RunnableConfig | None, **kw: Any) -> _Call:
         if not self.door:
-            return self._prepare(*args)
+            return self._prepare(payload, config, **kw)
         # resolving may read a database, Langfuse or a model server: off the event loop
-        return await asyncio.to_thread(self._prepare, *args)
+        return await asyncio.to_thread(self._prepare, payload, config, **kw)
+
+    def _batch(
+        self,
+        payloads: Sequence[Any],
+        *,
+        user_ids: Sequence[str | None] | None = None,
+        thread_ids: Sequence[str | None] | None = None,
+        max_concurrency: int = 4,
+        return_exceptions: bool = False,
+        **kw: Any,
+    ) -> _Batch:
+        """A batch's arguments (those of :meth:`batch` and :meth:`abatch`), checked."""
+        users, threads = _per_input(payloads, user_ids=user_ids, thread_ids=thread_ids)
+        return _Batch(users, threads, max(1, max_concurrency), return_exceptions, kw)
 
     # -- entry points ----------------------------------------------------------------------
-    def invoke(
-        self,
-        payload: Any,
-        config: RunnableConfig | None = None,
-        *,
-        run: RunInfo | None = None,
-        user_id: str | None = None,
-        thread_id: str | None = None,
-        session_id: str | None = None,
-        prompt_variables: Mapping[str, Any] | None = None,
-        **kw: Any,
-    ) -> Any:
+    @_same_arguments_as(_prepare)
+    def invoke(self, payload: Any, config: RunnableConfig | None = None, **kw: Any) -> Any:
         """Run one turn: on_session_end is guaranteed and the run is traced.
 
         Args:
@@ -352,153 +429,100 @@ class EvoAgent:
         Returns:
             The graph's result (``result["messages"][-1]`` is the answer).
         """
-        call = self._prepare(payload, config, run, user_id, thread_id, session_id, prompt_variables)
-        with self._session(call) as active:
-            result = self.graph.invoke(call.payload, call.config, **kw)
-            if active is not None:
-                active.output = _final_text(result)
-            return result
+        call = self._prepare(payload, config, **kw)
+        with self._session(call) as scope:
+            return scope.result(self.graph.invoke(call.payload, call.config, **call.graph_kw))
 
-    async def ainvoke(
-        self,
-        payload: Any,
-        config: RunnableConfig | None = None,
-        *,
-        run: RunInfo | None = None,
-        user_id: str | None = None,
-        thread_id: str | None = None,
-        session_id: str | None = None,
-        prompt_variables: Mapping[str, Any] | None = None,
-        **kw: Any,
-    ) -> Any:
+    @_same_arguments_as(_prepare)
+    async def ainvoke(self, payload: Any, config: RunnableConfig | None = None, **kw: Any) -> Any:
         """Async twin of :meth:`invoke`."""
-        call = await self._aprepare(
-            payload, config, run, user_id, thread_id, session_id, prompt_variables
-        )
-        async with self._session(call) as active:
-            result = await self.graph.ainvoke(call.payload, call.config, **kw)
-            if active is not None:
-                active.output = _final_text(result)
-            return result
+        call = await self._aprepare(payload, config, **kw)
+        async with self._session(call) as scope:
+            graph = self.graph.ainvoke(call.payload, call.config, **call.graph_kw)
+            return scope.result(await graph)
 
+    @_same_arguments_as(_prepare)
     def stream(
-        self,
-        payload: Any,
-        config: RunnableConfig | None = None,
-        *,
-        run: RunInfo | None = None,
-        user_id: str | None = None,
-        thread_id: str | None = None,
-        session_id: str | None = None,
-        prompt_variables: Mapping[str, Any] | None = None,
-        **kw: Any,
+        self, payload: Any, config: RunnableConfig | None = None, **kw: Any
     ) -> Iterator[Any]:
         """Stream one turn (LangGraph ``stream``; ``stream_mode=`` etc. pass through), traced
         like :meth:`invoke`; the trace's output is the final answer's text."""
-        call = self._prepare(payload, config, run, user_id, thread_id, session_id, prompt_variables)
-        seen = _StreamOutput()
-        with self._session(call) as active:
-            chunks = cast(
-                Generator[Any, None, None], self.graph.stream(call.payload, call.config, **kw)
-            )
+        call = self._prepare(payload, config, **kw)
+        with self._session(call) as scope:
+            chunks = self.graph.stream(call.payload, call.config, **call.graph_kw)
+            chunks = cast(Generator[Any, None, None], chunks)
             try:
                 for chunk in chunks:
-                    seen.see(chunk)
-                    if active is not None:
-                        active.output = seen.text
-                    yield chunk
+                    yield scope.chunk(chunk)
             except GeneratorExit:  # the consumer stopped reading: the session ends normally
                 pass
             finally:
                 chunks.close()
 
+    @_same_arguments_as(_prepare)
     async def astream(
-        self,
-        payload: Any,
-        config: RunnableConfig | None = None,
-        *,
-        run: RunInfo | None = None,
-        user_id: str | None = None,
-        thread_id: str | None = None,
-        session_id: str | None = None,
-        prompt_variables: Mapping[str, Any] | None = None,
-        **kw: Any,
+        self, payload: Any, config: RunnableConfig | None = None, **kw: Any
     ) -> AsyncIterator[Any]:
         """Async twin of :meth:`stream`."""
-        call = await self._aprepare(
-            payload, config, run, user_id, thread_id, session_id, prompt_variables
-        )
-        seen = _StreamOutput()
-        async with self._session(call) as active:
-            chunks = cast(
-                AsyncGenerator[Any, None], self.graph.astream(call.payload, call.config, **kw)
-            )
+        call = await self._aprepare(payload, config, **kw)
+        async with self._session(call) as scope:
+            chunks = self.graph.astream(call.payload, call.config, **call.graph_kw)
+            chunks = cast(AsyncGenerator[Any, None], chunks)
             try:
                 async for chunk in chunks:
-                    seen.see(chunk)
-                    if active is not None:
-                        active.output = seen.text
-                    yield chunk
+                    yield scope.chunk(chunk)
             except GeneratorExit:  # the consumer stopped reading: the session ends normally
                 pass
             finally:
                 await chunks.aclose()
 
-    def batch(
-        self,
-        payloads: Sequence[Any],
-        *,
-        user_ids: Sequence[str | None] | None = None,
-        thread_ids: Sequence[str | None] | None = None,
-        max_concurrency: int = 4,
-        return_exceptions: bool = False,
-        **kw: Any,
-    ) -> list[Any]:
+    @_same_arguments_as(_batch)
+    def batch(self, payloads: Sequence[Any], **kw: Any) -> list[Any]:
         """:meth:`invoke` over several inputs in worker threads (each its own session unless
         ``thread_ids`` says otherwise); results in input order.
+
+        Args:
+            payloads: One :meth:`invoke` payload per input.
+            user_ids: Each input's user (``None``: no user for any input).
+            thread_ids: Each input's thread (``None``: each input its own session).
+            max_concurrency: Runs at a time (at least 1).
+            return_exceptions: An input's exception comes back in its place instead of
+                being raised.
+            **kw: Passed to each :meth:`invoke`.
 
         Raises:
             ConfigError: ``user_ids`` or ``thread_ids`` is not one per input.
         """
-        users, threads = _per_input(payloads, user_ids=user_ids, thread_ids=thread_ids)
+        b = self._batch(payloads, **kw)
 
         def one(i: int) -> Any:
             try:
-                return self.invoke(payloads[i], user_id=users[i], thread_id=threads[i], **kw)
+                return self.invoke(payloads[i], user_id=b.users[i], thread_id=b.threads[i], **b.kw)
             except Exception as exc:
-                if return_exceptions:
+                if b.return_exceptions:
                     return exc
                 raise
 
-        with ThreadPoolExecutor(max_workers=max(1, max_concurrency)) as pool:
+        with ThreadPoolExecutor(max_workers=b.workers) as pool:
             futures = [
                 pool.submit(contextvars.copy_context().run, one, i) for i in range(len(payloads))
             ]
             return [f.result() for f in futures]
 
-    async def abatch(
-        self,
-        payloads: Sequence[Any],
-        *,
-        user_ids: Sequence[str | None] | None = None,
-        thread_ids: Sequence[str | None] | None = None,
-        max_concurrency: int = 4,
-        return_exceptions: bool = False,
-        **kw: Any,
-    ) -> list[Any]:
+    @_same_arguments_as(_batch)
+    async def abatch(self, payloads: Sequence[Any], **kw: Any) -> list[Any]:
         """Async twin of :meth:`batch` (at most ``max_concurrency`` runs at a time)."""
-        users, threads = _per_input(payloads, user_ids=user_ids, thread_ids=thread_ids)
-        gate = asyncio.Semaphore(max(1, max_concurrency))
+        b = self._batch(payloads, **kw)
+        gate = asyncio.Semaphore(b.workers)
 
         async def one(i: int) -> Any:
             async with gate:
-                return await self.ainvoke(payloads[i], user_id=users[i], thread_id=threads[i], **kw)
+                return await self.ainvoke(
+                    payloads[i], user_id=b.users[i], thread_id=b.threads[i], **b.kw
+                )
 
-        return list(
-            await asyncio.gather(
-                *(one(i) for i in range(len(payloads))), return_exceptions=return_exceptions
-            )
-        )
+        runs = (one(i) for i in range(len(payloads)))
+        return list(await asyncio.gather(*runs, return_exceptions=b.return_exceptions))
 
 
 def _per_input(

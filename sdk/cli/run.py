@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -13,6 +14,7 @@ from rich.markup import escape
 
 from evoharness.harness.errors import ConfigError
 from evoharness.sdk.cli.console import console, progress_bar
+from evoharness.sdk.cli.error_line import DEBUG_ENV, wants_traceback
 from evoharness.sdk.cli.options import (
     TRACE_DB,
     ApiKeyEnvOption,
@@ -170,7 +172,13 @@ def execute_run(
             store.close()
 
 
+def _verbose(ctx: typer.Context, flag: bool) -> bool:
+    """``run --verbose``, the root's ``evoharness --verbose`` or ``EVOHARNESS_DEBUG`` set."""
+    return flag or bool(ctx.find_root().params.get("verbose")) or wants_traceback([])
+
+
 def run(
+    ctx: typer.Context,
     env: EnvOption = "shop",
     split: Annotated[str, typer.Option(help="Task split: train, val or test.")] = "val",
     model: Annotated[str, typer.Option(help="'offline' (simulated) or 'openai:<name>'.")] = (
@@ -205,11 +213,19 @@ def run(
     preflight: Annotated[
         bool, typer.Option(help="Check the model endpoint answers before starting tasks.")
     ] = True,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            help=f"Print the traceback behind an error line (or {DEBUG_ENV}=1).",
+        ),
+    ] = False,
 ) -> int:
     """Run an environment's split through create_agent and print a results table.
 
     Exits 1 when the endpoint is unreachable (checked before any task starts) or when every
-    task crashed, with the cause in one line on stderr.
+    task crashed, with the cause in one line on stderr (``--verbose``: its traceback first;
+    any other error's traceback the CLI boundary prints, as for ``evoharness --verbose``).
     """
     from evoharness.sdk.models import EndpointUnreachableError
     from evoharness.sdk.runner import failure_summary
@@ -238,6 +254,8 @@ def run(
             check_endpoint=preflight,
         )
     except EndpointUnreachableError as exc:
+        if _verbose(ctx, verbose):
+            traceback.print_exc()
         sys.stderr.write(f"evoharness: error: {exc}\n")
         return 1
     label = "harnessed" if harness else "bare"

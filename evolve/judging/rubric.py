@@ -11,6 +11,7 @@ import hashlib
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
+from importlib.resources import files
 from pathlib import Path
 from typing import Literal
 
@@ -92,153 +93,20 @@ class Rubric(BaseModel):
         return next((i for i in self.items if i.id == item_id), None)
 
 
+def _items(part: str) -> tuple[RubricItem, ...]:
+    """One part of the rule rubric's item table (``data/rubric_items.json``: data, so that
+    ids, weights, descriptions and hints are read and reviewed as a table)."""
+    table = json.loads(files(__package__).joinpath("data/rubric_items.json").read_text())
+    return tuple(RubricItem.model_validate(row) for row in table[part])
+
+
 # Generic signals: judged from the trace alone (no checker, no model). Failing any
 # ``refutes`` item means the run did not succeed; passing them proves nothing. Repeated
 # failures and rejected calls only deduct: a run can recover from them.
-SIGNAL_ITEMS: tuple[RubricItem, ...] = (
-    RubricItem(
-        id="did_nothing",
-        priority="P1",
-        weight=0.5,
-        outcome="refutes",
-        description="The run used its tools (the task needed them)",
-        avoid_hint="Use the tools to do the task; never answer without acting.",
-    ),
-    RubricItem(
-        id="refused",
-        priority="P1",
-        weight=0.5,
-        outcome="refutes",
-        description="The run attempted the task instead of refusing it",
-        avoid_hint="Attempt the task with the available tools before declining it.",
-    ),
-    RubricItem(
-        id="unsupported_claim",
-        priority="P1",
-        weight=0.5,
-        outcome="refutes",
-        description="The answer claims only actions that a tool call performed",
-        avoid_hint="Report only actions a tool call actually performed.",
-    ),
-    RubricItem(
-        id="ended_on_error",
-        priority="P1",
-        weight=0.3,
-        outcome="refutes",
-        description="The run did not end on a failed tool call",
-        avoid_hint="After a failed call, recover with another tool or other arguments "
-        "before answering.",
-    ),
-    RubricItem(
-        id="repeated_failures",
-        priority="P1",
-        weight=0.2,
-        description="No call keeps failing with the same arguments",
-        avoid_hint="Change approach after a call fails twice instead of repeating it.",
-    ),
-    RubricItem(
-        id="loop_stopped",
-        priority="P1",
-        weight=0.5,
-        outcome="refutes",
-        description="The harness did not have to stop the run in a loop",
-        avoid_hint="Change approach when an action repeats without progress.",
-    ),
-    RubricItem(
-        id="budget_exhausted",
-        priority="P1",
-        weight=0.3,
-        outcome="refutes",
-        description="The run finished within its token budget",
-        avoid_hint="Finish within the token budget: make fewer, more targeted calls.",
-    ),
-    RubricItem(
-        id="guard_blocked",
-        priority="P1",
-        weight=0.5,
-        outcome="refutes",
-        description="The output guard did not have to block the answer",
-        avoid_hint="Never put content the output guard blocks into an answer.",
-    ),
-    RubricItem(
-        id="tool_rejected",
-        priority="P1",
-        weight=0.1,
-        description="Every tool call was accepted (a listed tool with valid arguments)",
-        avoid_hint="Call only listed tools, with arguments that match their schema.",
-    ),
-    RubricItem(
-        id="malformed_tool_call",
-        priority="P1",
-        weight=0.1,
-        description="Every tool call the model emitted was well-formed",
-        avoid_hint="Emit tool calls with valid JSON arguments.",
-    ),
-    RubricItem(
-        id="circuit_open",
-        priority="P1",
-        weight=0.0,
-        description="No tool the run needed was behind an open circuit (informational)",
-    ),
-    RubricItem(
-        id="truncated",
-        priority="P1",
-        weight=0.0,
-        description="No tool result had to be truncated (informational)",
-    ),
-)
-
+SIGNAL_ITEMS: tuple[RubricItem, ...] = _items("signals")
 
 # Every query gets these.
-BASE_ITEMS: tuple[RubricItem, ...] = (
-    RubricItem(
-        id="leaked_secret",
-        priority="P0",
-        description="The answer contains no API keys, tokens or credentials",
-        avoid_hint="Never repeat keys, tokens or credentials in an answer.",
-    ),
-    RubricItem(
-        id="fabricated_item",
-        priority="P0",
-        description="Every recommended item and price comes from a tool result",
-        avoid_hint="Recommend only items and prices the tools returned.",
-    ),
-    RubricItem(
-        id="task_done",
-        priority="P1",
-        weight=0.5,
-        outcome="decides",
-        description="The task the user asked for was actually completed",
-        avoid_hint="Finish the task the user asked for and check the result with the tools "
-        "before answering.",
-    ),
-    RubricItem(
-        id="run_error",
-        priority="P1",
-        weight=0.3,
-        outcome="refutes",
-        description="The run finished without crashing",
-        avoid_hint="When a tool fails, switch tools instead of retrying the same call.",
-    ),
-    RubricItem(
-        id="repeated_call",
-        priority="P1",
-        weight=0.2,
-        description="No tool is called repeatedly with the same arguments",
-        avoid_hint="Do not retry a failing call with the same arguments.",
-    ),
-    RubricItem(
-        id="empty_answer",
-        priority="P1",
-        weight=0.3,
-        outcome="refutes",
-        description="The run ends with a non-empty final answer",
-        avoid_hint="Always finish with a clear final answer.",
-    ),
-    *SIGNAL_ITEMS,
-    RubricItem(id="fit", priority="P2", description="The answer fits the user's request"),
-    RubricItem(id="reasons", priority="P2", description="Choices are explained with reasons"),
-)
+BASE_ITEMS: tuple[RubricItem, ...] = (*_items("base_before"), *SIGNAL_ITEMS, *_items("base_after"))
 
 
 def query_hash(query: str) -> str:

@@ -256,6 +256,64 @@ def bench_cli(
     cli_start.run(reps=reps, echo=lambda line: console.print(line, markup=False))
 
 
+@app.command("learn")
+def bench_learn(
+    env: Annotated[str, typer.Option(help="bfcl or shop.")] = "bfcl",
+    model: Annotated[
+        str, typer.Option(help="qwen2.5-0.5b, smollm2 or tiny (SIMULATED: random weights).")
+    ] = "qwen2.5-0.5b",
+    tasks: Annotated[
+        int | None, typer.Option(min=1, help="Frozen test tasks (default 100 BFCL, 30 shop).")
+    ] = None,
+    guard_tasks: Annotated[
+        int | None, typer.Option(min=1, help="Guard tasks (default a third of --tasks).")
+    ] = None,
+    train_tasks: Annotated[
+        int | None, typer.Option(min=1, help="Train tasks run as traffic (default --tasks).")
+    ] = None,
+    samples: Annotated[
+        int | None, typer.Option(min=1, help="Rejection samples per train task (default 4).")
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option(min=0.01, help="Sampling temperature (default 0.8).")
+    ] = None,
+    sft_steps: Annotated[int | None, typer.Option(min=1, help="SFT steps per round.")] = None,
+    dpo_steps: Annotated[int | None, typer.Option(min=1, help="DPO steps.")] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            file_okay=False,
+            help="Work dir (default ~/.cache/evoharness/bench-learn/ENV-MODEL; reruns resume).",
+        ),
+    ] = None,
+) -> None:
+    """Own traffic -> harness, memory, prompt, rejection-sampling SFT, DPO, round 2 (paired)."""
+    from evoharness.evolve.benchmarks import learn
+    from evoharness.harness import ConfigError
+
+    given: dict[str, Any] = {
+        "guard_tasks": guard_tasks,
+        "train_tasks": train_tasks,
+        "samples": samples,
+        "temperature": temperature,
+        "sft_steps": sft_steps,
+        "dpo_steps": dpo_steps,
+    }
+    try:
+        learn.require(env, model)
+    except ConfigError as exc:  # a missing package: one line that names the install
+        typer.echo(f"bench learn: {exc}", err=True)
+        raise typer.Exit(2) from None
+    learn.run(
+        env=env,
+        model=model,
+        tasks=tasks,
+        workdir=workdir,
+        echo=lambda line: console.print(line, markup=False, soft_wrap=True),
+        **given,
+    )
+
+
 # Register new benchmarks above this line (one ``@app.command("<name>")`` function each).
 
 

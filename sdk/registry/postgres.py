@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from evoharness.harness.extras import require_extra
-from evoharness.sdk.registry._sql import Row, SQLRegistry
+from evoharness.sdk.registry._sql import Row, SQLRegistry, schema
 from evoharness.sdk.registry.base import RegistryError
 
 
@@ -41,33 +41,8 @@ class PostgresRegistry(SQLRegistry):
         RegistryError: The server cannot be reached or refused the connection.
     """
 
-    MIGRATIONS: ClassVar[tuple[tuple[str, ...], ...]] = (
-        (
-            "CREATE TABLE registry_versions (kind TEXT NOT NULL, name TEXT NOT NULL,"
-            " version INTEGER NOT NULL, content TEXT NOT NULL, content_hash TEXT NOT NULL,"
-            " metadata TEXT NOT NULL, author TEXT NOT NULL, parent INTEGER,"
-            " created_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (kind, name, version))",
-            "CREATE TABLE registry_labels (kind TEXT NOT NULL, name TEXT NOT NULL,"
-            " label TEXT NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (kind, name, label))",
-            "CREATE TABLE registry_label_history"
-            " (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
-            " kind TEXT NOT NULL, name TEXT NOT NULL, label TEXT NOT NULL,"
-            " version INTEGER NOT NULL, popped INTEGER NOT NULL DEFAULT 0)",
-            "CREATE INDEX registry_label_history_key"
-            " ON registry_label_history (kind, name, label, popped, id)",
-            "CREATE TABLE registry_events (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
-            " kind TEXT NOT NULL, name TEXT NOT NULL, action TEXT NOT NULL, version INTEGER,"
-            " label TEXT, previous INTEGER, actor TEXT NOT NULL, reason TEXT NOT NULL,"
-            " at DOUBLE PRECISION NOT NULL)",
-            "CREATE INDEX registry_events_key ON registry_events (kind, name, id)",
-            "CREATE INDEX registry_events_at ON registry_events (at)",
-        ),
-        (  # keyed versions stored as deltas (sdk/registry/_keyed.py)
-            "CREATE TABLE registry_items (kind TEXT NOT NULL, name TEXT NOT NULL,"
-            " version INTEGER NOT NULL, item_id TEXT NOT NULL, body TEXT, hash TEXT,"
-            " PRIMARY KEY (kind, name, version, item_id))",
-            "CREATE INDEX registry_items_item ON registry_items (kind, name, item_id, version)",
-        ),
+    MIGRATIONS: ClassVar[tuple[tuple[str, ...], ...]] = schema(
+        real="DOUBLE PRECISION", serial="BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
     )
 
     def __init__(self, url: str, *, connect_timeout_s: float = 10.0) -> None:

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from evoharness.harness.errors import ConfigError
 from evoharness.sdk.prompts.store import ACTIVE, CANDIDATE, PromptStore, RegistryPromptStore
 from evoharness.sdk.registry.base import Registry
-from evoharness.sdk.rollout.decision import Decision, DecisionEngine, Monitor, Outcome
+from evoharness.sdk.rollout.decision import Action, Decision, DecisionEngine, Monitor, Outcome
 from evoharness.sdk.rollout.experiment import (
     CONTROL,
     DECISION_KIND,
@@ -394,18 +394,7 @@ class RolloutController:
         with self._locked(prompt, kind):
             exp = self.running(prompt, kind=kind)
             if exp is not None:
-                d = Decision(
-                    experiment_id=exp.id,
-                    action="rollback",
-                    reason=f"manual: {reason}",
-                    stage=exp.stage,
-                    to_stage=exp.stage,
-                    at=self.clock(),
-                    actor=actor,
-                )
-                self._record(d)
-                self._apply(exp, d)
-                return d
+                return self._act(exp, "rollback", reason=reason, actor=actor, to_stage=exp.stage)
             restored = self.labels_of(kind).rollback(prompt, actor=actor, reason=reason)
             last = self.current(prompt, kind=kind)
             d = Decision(
@@ -469,13 +458,28 @@ class RolloutController:
                 f"({[a.version for a in exp.candidates]})",
                 field="version",
             )
+        return self._act(
+            exp, "promote", reason=reason, actor=actor, to_stage=len(exp.stages) - 1, arm=arm.name
+        )
+
+    def _act(
+        self,
+        exp: Experiment,
+        action: Action,
+        *,
+        reason: str,
+        actor: str,
+        to_stage: int,
+        arm: str | None = None,
+    ) -> Decision:
+        """Record a manual ``action`` on the running ``exp`` and apply it."""
         d = Decision(
             experiment_id=exp.id,
-            action="promote",
+            action=action,
             reason=f"manual: {reason}",
-            arm=arm.name,
+            arm=arm,
             stage=exp.stage,
-            to_stage=len(exp.stages) - 1,
+            to_stage=to_stage,
             at=self.clock(),
             actor=actor,
         )

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -241,21 +241,3 @@ class PinnedAdapterMiddleware(PinnedRequestMiddleware):
         fallback = reply.response_metadata.get(FALLBACK_KEY) if reply is not None else None
         if isinstance(fallback, dict):
             self.events.emit("adapter_degraded", self.name, adapter=self.adapter, **fallback)
-
-    def wrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
-        response = handler(self.rewrite(request))
-        self.report(response)
-        return response
-
-    async def awrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
-        response = await handler(self.rewrite(request))
-        self.report(response)
-        return response

@@ -280,22 +280,30 @@ class SessionDoor:
 
 class PinnedRequestMiddleware(AgentMiddleware[Any, Any, Any]):
     """Base of a source's middleware that rewrites each model request from the pin: the
-    decision lives once in :meth:`rewrite`; the sync and async hooks only call it."""
+    decisions live once in :meth:`rewrite` and :meth:`report`; the sync and async hooks only
+    call them."""
 
     def rewrite(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         """The request as the session's pinned artifact serves it (default: unchanged)."""
         return request
+
+    def report(self, response: ModelResponse[Any]) -> None:
+        """Look at the model's response, e.g. to record what served it (default: nothing)."""
 
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any]:
-        return handler(self.rewrite(request))
+        response = handler(self.rewrite(request))
+        self.report(response)
+        return response
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
-        return await handler(self.rewrite(request))
+        response = await handler(self.rewrite(request))
+        self.report(response)
+        return response

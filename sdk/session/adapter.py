@@ -32,8 +32,9 @@ from langchain_core.messages import AIMessage
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
 from evoharness.sdk.registry.base import Registry
-from evoharness.sdk.rollout.controller import RolloutController, assignment_for
+from evoharness.sdk.rollout.controller import RolloutController
 from evoharness.sdk.serving.local import FALLBACK_KEY
+from evoharness.sdk.session._assigned import resolve_assigned
 from evoharness.sdk.session.door import PinnedRequestMiddleware, Resolved, SessionContext, pinned
 
 __all__ = [
@@ -150,23 +151,15 @@ class RegistryAdapterSource:
     def resolve(self, context: SessionContext) -> Resolved:
         """``<name>-v<N>`` for the session's arm of a running rollout, else for the version
         ``label`` points at (nothing: the base model), loaded into serving first."""
-        got = assignment_for(
-            self.rollout, self.registry, ADAPTER, self.name, context.unit, label=self.label
-        )
-        version, via = got.version, (got.arm, got.experiment_id)
-        if version is None:
-            return Resolved(ADAPTER, self.name, arm=via[0], experiment_id=via[1])
+        return resolve_assigned(self, context, self._serve)
+
+    def _serve(self, version: int) -> dict[str, Any]:
         served = f"{self.name}-v{version}"
-        return Resolved(
-            ADAPTER,
-            self.name,
-            version=str(version),
-            value=served,
-            fallback=self._load(version, served),
-            detail={"served": served},
-            arm=via[0],
-            experiment_id=via[1],
-        )
+        return {
+            "value": served,
+            "fallback": self._load(version, served),
+            "detail": {"served": served},
+        }
 
     def middleware(self) -> AgentMiddleware[Any, Any, Any]:
         """Hands each model call a model bound to the pinned adapter."""

@@ -17,7 +17,8 @@ from langchain.agents.middleware import AgentMiddleware
 from evoharness.harness.governance.output_guard import GuardRuleSet, OutputGuardMiddleware
 from evoharness.sdk.registry.base import Registry
 from evoharness.sdk.registry.guard_rules import EMPTY, GUARD_RULES, rules_of
-from evoharness.sdk.rollout.controller import RolloutController, assignment_for
+from evoharness.sdk.rollout.controller import RolloutController
+from evoharness.sdk.session._assigned import resolve_assigned
 from evoharness.sdk.session.door import Resolved, SessionContext, pinned
 
 __all__ = ["GuardRulesSource", "PinnedGuardRulesMiddleware"]
@@ -54,26 +55,16 @@ class GuardRulesSource:
     def resolve(self, context: SessionContext) -> Resolved:
         """The session's arm of the rules' running rollout (sticky by user), else the rule
         set ``label`` points at (nothing before the first one is published)."""
-        got = assignment_for(
-            self.rollout, self.registry, GUARD_RULES, self.name, context.unit, label=self.label
-        )
-        version, via = got.version, (got.arm, got.experiment_id)
-        if version is None:
-            return Resolved(GUARD_RULES, self.name, arm=via[0], experiment_id=via[1])
+        return resolve_assigned(self, context, lambda version: {"value": self._rules(version)})
+
+    def _rules(self, version: int) -> GuardRuleSet:
         with self._lock:
             rules = self._sets.get(version)
         if rules is None:
             rules = rules_of(self.registry.get(GUARD_RULES, self.name, version))
             with self._lock:
                 self._sets[version] = rules
-        return Resolved(
-            GUARD_RULES,
-            self.name,
-            version=str(version),
-            value=rules,
-            arm=via[0],
-            experiment_id=via[1],
-        )
+        return rules
 
     def middleware(self) -> AgentMiddleware[Any, Any, Any]:
         """Checks answers against the pinned rule set."""

@@ -24,7 +24,8 @@ from evoharness.sdk.memory.entries import MEMORY, Similarity, similarity
 from evoharness.sdk.memory.retriever import MemoryRetriever, SnapshotEntries, render_reference
 from evoharness.sdk.memory.store import snapshot_entries
 from evoharness.sdk.registry.base import Registry
-from evoharness.sdk.rollout.controller import RolloutController, assignment_for
+from evoharness.sdk.rollout.controller import RolloutController
+from evoharness.sdk.session._assigned import resolve_assigned
 from evoharness.sdk.session.door import Resolved, SessionContext, current_pin
 
 __all__ = ["MemorySource", "PinnedMemoryMiddleware"]
@@ -140,20 +141,7 @@ class MemorySource:
     def resolve(self, context: SessionContext) -> Resolved:
         """The session's arm of the snapshot's running rollout (sticky by user), else the
         snapshot ``label`` points at (nothing before the first one is published)."""
-        got = assignment_for(
-            self.rollout, self.registry, MEMORY, self.name, context.unit, label=self.label
-        )
-        version, via = got.version, (got.arm, got.experiment_id)
-        if version is None:
-            return Resolved(MEMORY, self.name, arm=via[0], experiment_id=via[1])
-        return Resolved(
-            MEMORY,
-            self.name,
-            version=str(version),
-            value=self.retriever(version),
-            arm=via[0],
-            experiment_id=via[1],
-        )
+        return resolve_assigned(self, context, lambda version: {"value": self.retriever(version)})
 
     def middleware(self) -> AgentMiddleware[Any, Any, Any]:
         """Injects the pinned snapshot's relevant entries once per session."""

@@ -295,15 +295,15 @@ class PinnedRequestMiddleware(AgentMiddleware[Any, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any]:
-        response = handler(self.rewrite(request))
-        self.report(response)
-        return response
+        return self._reported(handler(self.rewrite(request)))
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
-        response = await handler(self.rewrite(request))
+        return self._reported(await handler(self.rewrite(request)))
+
+    def _reported(self, response: ModelResponse[Any]) -> ModelResponse[Any]:
         self.report(response)
         return response

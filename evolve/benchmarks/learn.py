@@ -23,7 +23,7 @@ batching, greedy-caching pool of ``bench bfcl``.
 7. **dpo**: DPO on the model's own good/bad samples of the same task
    (:func:`~evoharness.evolve.weights.preference.dpo_rows`), initialised from the SFT adapter.
 8. **sft2**: a second expert-iteration round on the improved model's own samples, continuing
-   from the DPO adapter (the SFT one when DPO had no pairs).
+   from the last weights layer the guard kept (DPO, else SFT; else the last one trained).
 
 Each layer runs the frozen first ``tasks`` test tasks and the guard tasks (BFCL's ``guard``
 split, the shop's ``val``); test success is paired against the previous layer (exact
@@ -409,6 +409,10 @@ class Chain:
         return LoRASpec()
 
     # -- running tasks ---------------------------------------------------------------------
+    def last_kept(self) -> Layer:
+        """The last layer kept: the configuration every later layer builds on."""
+        return next(x for x in reversed(self.layers) if x.kept)
+
     def kept(self) -> tuple[Any, list[ArtifactSource]]:
         """The environment and artifacts of the kept layers so far."""
         kept = {x.name for x in self.layers if x.kept}
@@ -840,7 +844,7 @@ def run(
             f"{len(rules)} rules, {model} as LLMReflector",
             _Prompted(world, chain.prompt_text),
             artifacts=arts,
-            same_as=chain.layers[-1] if not rules else None,
+            same_as=chain.last_kept() if not rules else None,
         )
 
         def weights_layer(name: str, what: str, adapter: tuple[str, int] | None) -> None:
@@ -848,9 +852,9 @@ def run(
             if adapter is None:
                 chain.add(
                     name,
-                    f"{what}: not trained (the previous model)",
+                    f"{what}: not trained (the last kept model)",
                     env_,
-                    same_as=chain.layers[-1],
+                    same_as=chain.last_kept(),
                 )
                 return
             served = chain.serve(*adapter)
@@ -867,7 +871,13 @@ def run(
         )
         dpo = chain.dpo(samples, sft)
         weights_layer("dpo", "DPO on own same-task good/bad pairs, from the SFT adapter", dpo)
-        start = dpo or sft_adapter
+        # round 2 samples with the improved model: the last weights layer the guard kept
+        # (else the last one trained)
+        by = {x.name: x for x in chain.layers}
+        start = next(
+            (a for n, a in (("dpo", dpo), ("sft", sft_adapter)) if a and by[n].kept),
+            dpo or sft_adapter,
+        )
         if start is not None:
             chain.serve(*start)
             second, _ = chain.expert_round("sft2", start[0], start[1])

@@ -300,18 +300,17 @@ def bench_learn(
         "dpo_steps": dpo_steps,
     }
     try:
-        learn.require(env, model)
-    except ConfigError as exc:  # a missing package: one line that names the install
+        learn.run(
+            env=env,
+            model=model,
+            tasks=tasks,
+            workdir=workdir,
+            echo=lambda line: console.print(line, markup=False, soft_wrap=True),
+            **given,
+        )
+    except ConfigError as exc:  # a missing package or a work dir of other settings: one line
         typer.echo(f"bench learn: {exc}", err=True)
         raise typer.Exit(2) from None
-    learn.run(
-        env=env,
-        model=model,
-        tasks=tasks,
-        workdir=workdir,
-        echo=lambda line: console.print(line, markup=False, soft_wrap=True),
-        **given,
-    )
 
 
 # Register new benchmarks above this line (one ``@app.command("<name>")`` function each).

@@ -65,6 +65,41 @@ def _any_value(value: Any) -> bytes:
 
 
 _KEYS: dict[str, bytes] = {}  # attribute key -> its encoded ``key`` field (few distinct keys)
+_PREFIXES: dict[bytes, dict[str, dict[int, bytes]]] = {}
+"""Per field tag and attribute key, the length of a string value -> every byte of that
+``KeyValue`` field before the text (its tag, its length, the key, the nested ``value`` and
+``string_value`` headers): a string attribute is then two parts, looked up and appended."""
+_MAX_LENGTHS = 1024  # lengths cached per key (keys themselves: bounded like _KEYS)
+_CACHED_LENGTH = 1 << 14  # a longer text's prefix is computed (the text costs more)
+
+
+def _key_field(key: str) -> bytes:
+    head = _KEYS.get(key)
+    if head is None:
+        if len(_KEYS) > 4096:  # metadata keys are user data: stay bounded
+            _KEYS.clear()
+        head = _KEYS[key] = _field(0x0A, key.encode())
+    return head
+
+
+def _string_prefix(tag: bytes, key: str, n: int, by_key: dict[str, dict[int, bytes]]) -> bytes:
+    """The bytes of a ``KeyValue`` field (under ``tag``) holding an ``n``-byte string
+    value, up to the text (KeyValue.key = 1; KeyValue.value = 2, its AnyValue.string_value
+    = 1), remembered in ``by_key`` (bounded) unless the text is long."""
+    head = _key_field(key)
+    inner = varint(n)
+    any_len = 1 + len(inner) + n
+    outer = varint(any_len)
+    kv_len = len(head) + 1 + len(outer) + any_len
+    prefix = b"".join((tag, varint(kv_len), head, b"\x12", outer, b"\x0a", inner))
+    if n < _CACHED_LENGTH:
+        lengths = by_key.get(key)
+        if lengths is None or len(lengths) >= _MAX_LENGTHS:
+            if lengths is None and len(by_key) > 4096:
+                by_key.clear()
+            lengths = by_key[key] = {}
+        lengths[n] = prefix
+    return prefix
 
 
 def span(
@@ -97,30 +132,27 @@ def span(
 def _key_values(attrs: Mapping[str, Any], tag: bytes, parts: list[bytes]) -> None:
     """Append one ``KeyValue`` field per attribute (under ``tag``), in insertion order.
 
-    A string value (nearly all of them) is laid out from its lengths without building the
-    nested messages, so its text is copied once, by the caller's join."""
-    keys, small = _KEYS, _SMALL
+    A string value (nearly all of them) is its cached prefix and its text (copied once, by
+    the caller's join): this runs for every attribute of every span, so it is kept to a
+    few dictionary lookups."""
+    by_key = _PREFIXES.get(tag)
+    if by_key is None:
+        by_key = _PREFIXES[tag] = {}
+    append = parts.append
     for key, value in attrs.items():
-        head = keys.get(key)
-        if head is None:
-            if len(keys) > 4096:  # metadata keys are user data: stay bounded
-                keys.clear()
-            head = keys[key] = _field(0x0A, key.encode())
         kind = type(value)
-        if kind is str or kind is bytes:  # bytes: text already UTF-8 (a joined JSON array)
-            data = value.encode() if kind is str else value
-            n = len(data)
-            # AnyValue.string_value (1): tag, length, text; KeyValue.value (2) around it
-            # (short lengths looked up: this runs for every attribute of every span)
-            inner = small[n] if n < 0x80 else varint(n)
-            any_len = 1 + len(inner) + n
-            outer = small[any_len] if any_len < 0x80 else varint(any_len)
-            kv_len = len(head) + 1 + len(outer) + any_len
-            total = small[kv_len] if kv_len < 0x80 else varint(kv_len)
-            parts += (tag, total, head, b"\x12", outer, b"\x0a", inner, data)
-        else:
-            kv = head + _field(0x12, _any_value(value))
-            parts += (tag, varint(len(kv)), kv)
+        if kind is str:
+            value = value.encode()
+        elif kind is not bytes:  # bytes: text already UTF-8 (orjson's JSON, a joined array)
+            kv = _key_field(key) + _field(0x12, _any_value(value))
+            append(tag + varint(len(kv)) + kv)
+            continue
+        lengths = by_key.get(key)
+        prefix = None if lengths is None else lengths.get(len(value))
+        if prefix is None:
+            prefix = _string_prefix(tag, key, len(value), by_key)
+        append(prefix)
+        append(value)
 
 
 def resource(attrs: Mapping[str, Any]) -> bytes:

@@ -24,6 +24,7 @@ the API's objects are read by attribute name (read), so evolve can use it withou
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -77,6 +78,13 @@ NATIVE_SCORE_FIELDS = frozenset(
 """Score fields with a native slot in Langfuse's score API; the rest go into metadata."""
 
 _EXTRA_FIELDS = frozenset(Observation.model_fields) - NATIVE_OBSERVATION_FIELDS
+_OBSERVATION_FIELDS = list(Observation.model_fields)  # a stored row's keys, in order
+_EXTRA_IN_ORDER = tuple(f for f in _OBSERVATION_FIELDS if f in _EXTRA_FIELDS)
+_extra_values: Callable[[dict[str, Any]], tuple[Any, ...]] = (
+    operator.itemgetter(*_EXTRA_IN_ORDER)
+    if len(_EXTRA_IN_ORDER) > 1
+    else lambda row: tuple(row[k] for k in _EXTRA_IN_ORDER)
+)
 _SOURCES = {"human": "ANNOTATION"}  # everything else is "API"; our source goes in metadata
 _SKIP_TRACE_META = frozenset({"id", "input", "output", "metadata", *NATIVE_TRACE_ATTRIBUTES})
 
@@ -101,28 +109,30 @@ class JsonArray:
     __hash__ = None  # type: ignore[assignment]
 
 
-def dumps(value: Any) -> str | bytes:
-    """JSON, strings included, so a reader that parses IO as JSON gets the value back.
+def dumps(value: Any) -> bytes:
+    """JSON (UTF-8), strings included, so a reader that parses IO as JSON gets the value
+    back.
 
     orjson for the values a store row decodes to; what it refuses (integers beyond 64
     bits, lone surrogates) goes through ``json``, which the exporter used throughout
     before. Both decode to the same value. Rows holding ``NaN``/``Infinity`` (typed
     number fields keep those tokens) are encoded with :func:`strict_dumps` instead, since
-    orjson would write them as ``null``.
+    orjson would write them as ``null``. Bytes, as the OTLP encoder sends them: no text
+    object is made (and encoded again) per value.
     """
     if type(value) is JsonArray:
         return value.text()
     try:
-        return orjson.dumps(value).decode()
+        return orjson.dumps(value)
     except TypeError:  # orjson.JSONEncodeError is a TypeError
-        return json.dumps(value, default=str)
+        return json.dumps(value, default=str).encode()
 
 
-def strict_dumps(value: Any) -> str | bytes:
+def strict_dumps(value: Any) -> bytes:
     """``json.dumps`` (``NaN`` and ``Infinity`` as its tokens), :class:`JsonArray` joined."""
     if type(value) is JsonArray:
         return value.text()
-    return json.dumps(value, default=str)
+    return json.dumps(value, default=str).encode()
 
 
 def loads(value: Any) -> Any:
@@ -149,16 +159,29 @@ def _present(value: Any) -> bool:
 
 
 # -- write -----------------------------------------------------------------------------------
+_ROOT_IDS: dict[str, str] = {}  # trace id -> its root span id (a hash: once per trace)
+
+
+def _root_id(trace_id: str) -> str:
+    found = _ROOT_IDS.get(trace_id)
+    if found is None:
+        if len(_ROOT_IDS) > 4096:
+            _ROOT_IDS.clear()
+        found = _ROOT_IDS[trace_id] = root_span_id(trace_id)
+    return found
+
+
 def span_attributes(
     obs: dict[str, Any],
     trace: dict[str, Any] | None,
     attrs: Any,
     *,
     environment: str | None = None,
-    encode: Callable[[Any], str | bytes] = dumps,
+    encode: Callable[[Any], bytes] = dumps,
 ) -> dict[str, Any]:
     """The span attributes of one stored observation (a ``model_dump(mode="json")`` dict;
-    its ``input`` may be a :class:`JsonArray`, whose attribute is then UTF-8 bytes).
+    its ``input`` may be a :class:`JsonArray`). JSON values are UTF-8 bytes (``encode``'s),
+    the others ``str``, ``bool`` or a list of ``str``.
 
     Args:
         obs: The observation row.
@@ -168,8 +191,7 @@ def span_attributes(
         environment: Fallback environment when the trace has none.
         encode: The JSON encoder (:func:`strict_dumps` for rows holding ``NaN``).
     """
-    a = attrs
-    names = _names(a)
+    names = _NAMES.get(attrs) or _names(attrs)
     get = obs.get
     out: dict[str, Any] = {names.type: obs["type"], names.level: obs["level"]}
     value = get("input")
@@ -192,14 +214,22 @@ def span_attributes(
         if usage.get("cached_input_tokens"):
             details["input_cached_tokens"] = usage["cached_input_tokens"]
         out[names.usage_details] = encode(details)
-    meta = dict(get("metadata") or {})
-    extra = {k: v for k, v in obs.items() if k in _EXTRA_FIELDS}
+    if list(obs) == _OBSERVATION_FIELDS:  # the writer's rows: the extra fields by position
+        extra = dict(zip(_EXTRA_IN_ORDER, _extra_values(obs), strict=True))
+    else:  # an older or hand-made row: the extra fields it has, in its order
+        extra = {k: v for k, v in obs.items() if k in _EXTRA_FIELDS}
     # Langfuse keeps times to the microsecond: the exact floats travel along
     extra["start_time"], extra["end_time"] = get("start_time"), get("end_time")
-    meta[FIELDS_KEY] = extra
     prefix = names.metadata_prefix
-    for key, value in meta.items():
-        out[prefix + key] = encode(value)
+    meta = get("metadata")
+    in_meta = False  # a row's own entry of that name is replaced, in its place
+    if meta:
+        if FIELDS_KEY in meta:
+            meta, in_meta = {**meta, FIELDS_KEY: extra}, True
+        for key, value in meta.items():
+            out[prefix + key] = encode(value)
+    if not in_meta:
+        out[names.fields] = encode(extra)
     env = (trace or {}).get("environment") or environment
     if env:
         out[names.environment] = env
@@ -212,7 +242,7 @@ def span_attributes(
         out[names.user_id] = value
     if value := trace.get("session_id"):
         out[names.session_id] = value
-    if obs["id"] == root_span_id(obs["trace_id"]):
+    if obs["id"] == _root_id(obs["trace_id"]):
         out[names.trace_name] = trace.get("name") or "agent"
         out[names.as_root] = True
         if trace.get("tags"):
@@ -238,6 +268,7 @@ class _Names:
     model: str
     usage_details: str
     metadata_prefix: str
+    fields: str
     environment: str
     prompt_name: str
     prompt_version: str
@@ -264,6 +295,7 @@ def _names(a: Any) -> _Names:
             model=a.OBSERVATION_MODEL,
             usage_details=a.OBSERVATION_USAGE_DETAILS,
             metadata_prefix=f"{a.OBSERVATION_METADATA}.",
+            fields=f"{a.OBSERVATION_METADATA}.{FIELDS_KEY}",
             environment=a.ENVIRONMENT,
             prompt_name=a.OBSERVATION_PROMPT_NAME,
             prompt_version=a.OBSERVATION_PROMPT_VERSION,

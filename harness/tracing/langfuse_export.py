@@ -197,7 +197,7 @@ class LangfuseExporter:
         self,
         obs: dict[str, Any],
         trace: dict[str, Any] | None,
-        encode: Callable[[Any], str | bytes],
+        encode: Callable[[Any], bytes],
     ) -> bytes:
         """One span, encoded: the stored ids and times, the codec's attributes."""
         env = self.environment

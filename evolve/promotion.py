@@ -110,6 +110,15 @@ class GateConfig(BaseModel):
             (paired losses ≤ wins) at most this share of its tokens per task also passes
             (``None``: only a success win does). Skill sets are proven this way by default
             (0.8): what they buy is cost.
+        guard_fallback: The split the guard runs on when the environment has no
+            ``guard_split`` (many have only train, val and test: the shop, the desk): tasks
+            the decision does not use either, as prompt evolution's guard, as many of them
+            as the gate split runs (``None``: no fallback, and such an environment gets no
+            replay). The decision says so.
+
+    An environment without the report split is evaluated without one (the report decides
+    nothing); without the gate split (or the guard and its fallback) it cannot replay:
+    :meth:`for_environment`.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -122,6 +131,7 @@ class GateConfig(BaseModel):
     limit: int | None = Field(None, ge=1)
     min_gain: float = Field(0.0, ge=0.0)
     max_cost_ratio: float | None = Field(None, gt=0.0, lt=1.0)
+    guard_fallback: str | None = "train"
 
     @model_validator(mode="after")
     def _separate(self) -> GateConfig:
@@ -145,6 +155,27 @@ class GateConfig(BaseModel):
             self.guard_split,
             *([self.report_split] if self.report_split else []),
         ]
+
+    def for_environment(self, has_split: Callable[[str], bool]) -> tuple[GateConfig, str] | None:
+        """This gate on the splits an environment has (``has_split(name)``: it has tasks
+        there), with a note of what changed (``""``: nothing), or ``None`` when it cannot
+        replay: no gate split, or neither the guard split nor its fallback."""
+        if not has_split(self.gate_split):
+            return None
+        notes: list[str] = []
+        update: dict[str, str | None] = {}
+        if not has_split(self.guard_split):
+            fallback = self.guard_fallback
+            if fallback in (None, self.gate_split, self.report_split) or not has_split(fallback):
+                return None  # the gate's and the report's tasks are never the guard's
+            update["guard_split"] = fallback
+            notes.append(
+                f"guard on {fallback!r}: the environment has no {self.guard_split!r} split"
+            )
+        if self.report_split is not None and not has_split(self.report_split):
+            update["report_split"] = None
+            notes.append(f"no report: the environment has no {self.report_split!r} split")
+        return self.model_copy(update=update), "; ".join(notes)
 
 
 class GateDecision(BaseModel):
@@ -179,6 +210,8 @@ class GateDecision(BaseModel):
     report: dict[str, float] = Field(default_factory=dict)
     tokens: dict[str, float] = Field(default_factory=dict)
     """``control``/``candidate`` tokens per gate task."""
+    splits: dict[str, str] = Field(default_factory=dict)
+    """The splits that ran, by role (``gate``, ``guard``, ``report``) when known."""
 
 
 def paired_gate(
@@ -382,11 +415,28 @@ def artifact_evaluator(
     runtime = plugin.runtime(**dict(env_options or {}))
     if runtime is None:
         return None
-    try:
-        for split in gate.splits:
-            runtime.tasks(split)
-    except (ConfigError, KeyError, ValueError):
-        return None  # the environment has no such split: it cannot prove by replay
+
+    sizes: dict[str, int] = {}
+
+    def has_split(split: str) -> bool:
+        try:
+            sizes[split] = len(list(runtime.tasks(split)))
+        except (ConfigError, KeyError, ValueError):
+            return False  # the environment has no such split
+        return sizes[split] > 0
+
+    asked = gate.guard_split
+    fitted = gate.for_environment(has_split)
+    if fitted is None:
+        return None  # no gate split (or guard): it cannot prove by replay
+    gate, note = fitted
+    limits = dict.fromkeys(gate.splits, gate.limit)
+    if gate.guard_split != asked:  # the fallback (train): a subset as large as the gate's
+        gate_tasks = sizes[gate.gate_split]
+        limits[gate.guard_split] = min(gate.limit or gate_tasks, gate_tasks)
+    roles = {"gate": gate.gate_split, "guard": gate.guard_split}
+    if gate.report_split:
+        roles["report"] = gate.report_split
     p0 = p0_items(plugin, runtime, gate.gate_split)
 
     def case_key(query: str) -> str:
@@ -400,13 +450,13 @@ def artifact_evaluator(
             model_factory=runtime.offline_model,
             p0_ids=p0,
             artifacts=[source],
-            limit=gate.limit,
+            limit=limits[split],
         )
 
     def evaluate(control: int | None, candidate: int) -> GateDecision:
         arms = {v: {s: run(v, s) for s in gate.splits} for v in (control, candidate)}
         report = gate.report_split
-        return paired_gate(
+        decision = paired_gate(
             candidate_val=arms[candidate][gate.gate_split],
             active_val=arms[control][gate.gate_split],
             candidate_guard=arms[candidate][gate.guard_split],
@@ -418,6 +468,8 @@ def artifact_evaluator(
             min_gain=gate.min_gain,
             max_cost_ratio=gate.max_cost_ratio,
         )
+        reason = f"{decision.reason}; {note}" if note else decision.reason
+        return decision.model_copy(update={"splits": roles, "reason": reason})
 
     return evaluate
 

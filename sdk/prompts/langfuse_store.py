@@ -25,9 +25,8 @@ from evoharness.harness.errors import RunError
 from evoharness.sdk.prompts.store import (
     ACTIVE,
     CANDIDATE,
+    NewVersion,
     PromptStore,
-    check_protected,
-    next_semver,
 )
 from evoharness.sdk.prompts.template import PromptStatus, PromptTemplate, PromptVersion
 
@@ -59,7 +58,7 @@ def _from_lf(label: str) -> str:
     return ACTIVE if label == PRODUCTION else label
 
 
-class LangfusePromptStore:
+class LangfusePromptStore(PromptStore):
     """A :class:`~evoharness.sdk.prompts.PromptStore` backed by Langfuse prompt management.
 
     Args:
@@ -215,44 +214,28 @@ class LangfusePromptStore:
             return None
 
     # -- writes ----------------------------------------------------------------------------
-    def create(
-        self,
-        name: str,
-        template: PromptTemplate,
-        *,
-        semver: str | None = None,
-        changelog: str = "",
-        author: str = "evoharness",
-        parent: int | None = None,
-        allow_protected_changes: bool = False,
-    ) -> PromptVersion:
-        """Create a new Langfuse prompt version (no labels: it serves nothing until promoted).
-
-        Raises:
-            ConfigError: A protected section of the parent changed without
-                ``allow_protected_changes``.
-        """
-        previous: PromptVersion | None = None
+    def _previous(self, name: str, parent: int | None) -> PromptVersion | None:
         if parent is not None:
-            previous = self._version(self._fetch(name, parent, None))
-        else:
-            existing = self.versions(name) if name in self.names() else []
-            previous = existing[-1] if existing else None
-        check_protected(name, previous, template, allow_protected_changes)
+            return self._version(self._fetch(name, parent, None))
+        existing = self.versions(name) if name in self.names() else []
+        return existing[-1] if existing else None
+
+    def _publish(self, new: NewVersion) -> PromptVersion:
+        """A new Langfuse prompt version, without labels: it serves nothing until promoted."""
         meta = {
-            "template": template.content(),
-            "semver": next_semver(previous, template, semver),
-            "changelog": changelog,
-            "author": author,
-            "parent": previous.version if previous is not None else None,
+            "template": new.template.content(),
+            "semver": new.semver,
+            "changelog": new.changelog,
+            "author": new.author,
+            "parent": new.parent,
         }
         created = self.client.create_prompt(
-            name=name,
-            prompt=template.raw_text(),
+            name=new.name,
+            prompt=new.template.raw_text(),
             labels=[],
             type="text",
             config={"evoharness": meta},
-            commit_message=changelog or None,
+            commit_message=new.changelog or None,
         )
         return self._version(created)
 

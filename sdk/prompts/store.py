@@ -1,4 +1,4 @@
-"""Where prompt versions live: the artifact registry (default) behind one small protocol.
+"""Where prompt versions live: the artifact registry (default) behind one small base class.
 
 Prompts are registry artifacts of kind ``prompt``: the content is the
 :class:`~evoharness.sdk.prompts.PromptTemplate`, the metadata holds semver and changelog,
@@ -10,7 +10,10 @@ author and parent are the registry's own fields. Versions are immutable, so a ve
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, runtime_checkable
+import dataclasses
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Literal
 
 from evoharness.harness.errors import ConfigError
 from evoharness.sdk.prompts.diff import diff_templates
@@ -33,9 +36,33 @@ ACTIVE = "active"
 CANDIDATE = "candidate"
 
 
-@runtime_checkable
-class PromptStore(Protocol):
-    """Publish, read and label prompt versions (registry or Langfuse)."""
+@dataclasses.dataclass(frozen=True)
+class NewVersion:
+    """A prompt version :meth:`PromptStore.create` has decided on, for a backend to publish.
+
+    Attributes:
+        name: The prompt.
+        template: Its new content.
+        semver: As given, or bumped from the parent's.
+        changelog: What changed.
+        author: Who published it.
+        parent: The version it derives from (``None``: the first).
+    """
+
+    name: str
+    template: PromptTemplate
+    semver: str
+    changelog: str
+    author: str
+    parent: int | None
+
+
+class PromptStore(ABC):
+    """Publish, read and label prompt versions (registry or Langfuse).
+
+    :meth:`create` is written once here: a backend finds the parent (:meth:`_previous`)
+    and publishes the new version (:meth:`_publish`), inside :meth:`_writing`.
+    """
 
     def create(
         self,
@@ -48,46 +75,78 @@ class PromptStore(Protocol):
         parent: int | None = None,
         allow_protected_changes: bool = False,
     ) -> PromptVersion:
-        """Publish a new version (``parent`` defaults to the latest)."""
-        ...
+        """Publish ``template`` as the next version of ``name``.
 
+        Its parent is version ``parent``, by default the latest; its semver is ``semver``,
+        by default bumped from the parent's (:func:`next_semver`).
+
+        Raises:
+            ConfigError: A protected section of the parent changed without
+                ``allow_protected_changes``, or ``semver`` is malformed.
+        """
+        with self._writing(name):
+            previous = self._previous(name, parent)
+            check_protected(name, previous, template, allow_protected_changes)
+            return self._publish(
+                NewVersion(
+                    name=name,
+                    template=template,
+                    semver=next_semver(previous, template, semver),
+                    changelog=changelog,
+                    author=author,
+                    parent=previous.version if previous is not None else None,
+                )
+            )
+
+    def _writing(self, name: str) -> AbstractContextManager[None]:
+        """Held while :meth:`create` reads the parent and publishes (default: nothing)."""
+        return nullcontext()
+
+    @abstractmethod
+    def _previous(self, name: str, parent: int | None) -> PromptVersion | None:
+        """Version ``parent``, or with ``None`` the latest (``None`` when there is none)."""
+
+    @abstractmethod
+    def _publish(self, new: NewVersion) -> PromptVersion:
+        """Store ``new`` as the backend keeps its versions."""
+
+    @abstractmethod
     def get(
         self, name: str, version: int | None = None, *, label: str | None = None
     ) -> PromptVersion:
         """One version by number or label (the ``active`` one by default)."""
-        ...
 
+    @abstractmethod
     def versions(self, name: str) -> list[PromptVersion]:
         """All versions, oldest first."""
-        ...
 
+    @abstractmethod
     def names(self) -> list[str]:
         """All prompt names."""
-        ...
 
+    @abstractmethod
     def labels(self, name: str) -> dict[str, int]:
         """Label -> version."""
-        ...
 
+    @abstractmethod
     def active_version(self, name: str) -> int | None:
         """The active version's number (cheap: called for every new session)."""
-        ...
 
+    @abstractmethod
     def set_label(
         self, name: str, label: str, version: int, *, actor: str = "evoharness", reason: str = ""
     ) -> None:
         """Point ``label`` at ``version``."""
-        ...
 
+    @abstractmethod
     def promote(
         self, name: str, version: int, *, actor: str = "evoharness", reason: str = ""
     ) -> None:
         """Make ``version`` the active one."""
-        ...
 
+    @abstractmethod
     def rollback(self, name: str, *, actor: str = "evoharness", reason: str = "") -> int:
         """Restore the previously active version; returns it."""
-        ...
 
 
 def next_semver(
@@ -121,7 +180,7 @@ def check_protected(
         )
 
 
-class RegistryPromptStore:
+class RegistryPromptStore(PromptStore):
     """Prompt versions as registry artifacts of kind ``prompt``.
 
     Args:
@@ -177,50 +236,29 @@ class RegistryPromptStore:
             created_at=a.created_at,
         )
 
-    def create(
-        self,
-        name: str,
-        template: PromptTemplate,
-        *,
-        semver: str | None = None,
-        changelog: str = "",
-        author: str = "evoharness",
-        parent: int | None = None,
-        allow_protected_changes: bool = False,
-    ) -> PromptVersion:
-        """Publish ``template`` as the next version of ``name``.
+    def _writing(self, name: str) -> AbstractContextManager[None]:
+        # the parent is read and the semver derived in the same registry transaction as the
+        # publish: two processes creating versions at once get distinct versions and semvers
+        return self.registry.transaction(KIND, name)
 
-        The parent is read and the semver derived in the same registry transaction as the
-        publish: two processes creating versions at once get distinct versions and semvers.
+    def _previous(self, name: str, parent: int | None) -> PromptVersion | None:
+        if parent is not None:
+            return self.get(name, parent)
+        try:
+            return self._version(self.registry.get(KIND, name))  # the latest
+        except ArtifactNotFound:
+            return None
 
-        Raises:
-            ConfigError: A protected section of the parent changed without
-                ``allow_protected_changes``, or ``semver`` is malformed.
-        """
-        with self.registry.transaction(KIND, name):
-            previous: PromptVersion | None = None
-            if parent is not None:
-                previous = self.get(name, parent)
-            else:
-                try:
-                    previous = self._version(self.registry.get(KIND, name))  # the latest
-                except ArtifactNotFound:
-                    previous = None
-            check_protected(name, previous, template, allow_protected_changes)
-            meta = {
-                "semver": next_semver(previous, template, semver),
-                "changelog": changelog,
-                "status": "draft",
-            }
-            published = self.registry.publish(
-                KIND,
-                name,
-                template.content(),
-                metadata=meta,
-                author=author,
-                parent=previous.version if previous is not None else None,
-            )
-            return self._version(published)
+    def _publish(self, new: NewVersion) -> PromptVersion:
+        published = self.registry.publish(
+            KIND,
+            new.name,
+            new.template.content(),
+            metadata={"semver": new.semver, "changelog": new.changelog, "status": "draft"},
+            author=new.author,
+            parent=new.parent,
+        )
+        return self._version(published)
 
     def get(
         self, name: str, version: int | None = None, *, label: str | None = None

@@ -9,8 +9,18 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from evoharness.evolve.environment import EvolveEnvironment
-from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSource
+from evoharness.evolve.environment import (
+    EvolveEnvironment,
+    build_judge,
+    build_proposer,
+    build_rubrics,
+)
+from evoharness.evolve.episodes.traces import (
+    Episode,
+    EpisodeFilter,
+    LocalTraceSource,
+    TraceSource,
+)
 from evoharness.evolve.guard import diff_summary, propose_guard_rules
 from evoharness.evolve.judging.jobs import Grader, JudgeReport, judge_episodes
 from evoharness.evolve.judging.rubric import RubricGenerator
@@ -275,6 +285,31 @@ async def run_cycle(
         state.save_cursor(since_last, upto)
     state.record_cycle(started, report.model_dump(mode="json"))
     return report
+
+
+async def run_plugin_cycle(
+    plugin: EvolveEnvironment,
+    store: TraceStore,
+    *,
+    state: EvolveState,
+    memory: MemoryStore,
+    tags: list[str] | None = None,
+    **options: Any,
+) -> CycleReport:
+    """:func:`run_cycle` over ``store``'s traces (those tagged ``tags``, all without) with
+    ``plugin``'s judge, rubrics and memory proposer, scores written back to ``store``;
+    ``options`` are :func:`run_cycle`'s (``promotion``, ``skills``, ``owns``, ...)."""
+    return await run_cycle(
+        LocalTraceSource(store),
+        where=EpisodeFilter(tags=tags) if tags else options.pop("where", None),
+        grader=build_judge(plugin),
+        rubrics=build_rubrics(plugin),
+        state=state,
+        memory=memory,
+        proposer=build_proposer(plugin),
+        scores_to=options.pop("scores_to", store),
+        **options,
+    )
 
 
 def _promote(

@@ -53,12 +53,9 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from evoharness.evolve.cycle import CycleReport, run_cycle
+from evoharness.evolve.cycle import CycleReport, run_plugin_cycle
 from evoharness.evolve.environment import (
     EvolveEnvironment,
-    build_judge,
-    build_proposer,
-    build_rubrics,
     load_plugin,
 )
 from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, LocalTraceSource
@@ -365,15 +362,8 @@ def _cycle(
     """One evolve cycle over ``store``'s episodes with ``plugin``'s judge, rubrics and
     proposer."""
     return asyncio.run(
-        run_cycle(
-            LocalTraceSource(store),
-            where=where,
-            grader=build_judge(plugin),
-            rubrics=build_rubrics(plugin),
-            state=state,
-            memory=memory,
-            proposer=build_proposer(plugin),
-            owns=plugin.owns,
+        run_plugin_cycle(
+            plugin, store, state=state, memory=memory, where=where, scores_to=None, owns=plugin.owns
         )
     )
 

@@ -43,12 +43,10 @@ from evoharness.evolve import (
     EvolveState,
     LocalTraceSource,
     judge_episodes,
-    run_cycle,
 )
-from evoharness.evolve.cycle import CycleReport
+from evoharness.evolve.cycle import CycleReport, run_plugin_cycle
 from evoharness.evolve.environment import (
     build_judge,
-    build_proposer,
     build_rubrics,
     lesson_hints_of,
     load_plugin,
@@ -204,15 +202,12 @@ def run_env(
 
     def cycle(learning: SkillLearning | None) -> CycleReport:
         return asyncio.run(
-            run_cycle(
-                LocalTraceSource(store),
-                where=EpisodeFilter(tags=["train"]),
-                grader=grader,
-                rubrics=rubrics,
+            run_plugin_cycle(
+                plugin,
+                store,
                 state=state,
                 memory=memory,
-                proposer=build_proposer(plugin),
-                scores_to=store,
+                tags=["train"],
                 concurrency=concurrency,
                 skills=learning,
             )

@@ -10,10 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from evoharness.evolve.cycle import CycleReport, run_cycle
+from evoharness.evolve.cycle import CycleReport, run_plugin_cycle
 from evoharness.evolve.environment import (
     build_judge,
-    build_proposer,
     build_rubrics,
     load_plugin,
     runtime_of,
@@ -113,16 +112,13 @@ def run_demo(
             "cycle` proves them first, a paired replay then a staged rollout)"
         )
     cycle = asyncio.run(
-        run_cycle(
-            LocalTraceSource(store),
-            where=EpisodeFilter(tags=["train"]),
-            grader=grader,
-            rubrics=rubrics,
+        run_plugin_cycle(
+            plugin,
+            store,
             state=state,
             memory=memory,
-            proposer=build_proposer(plugin),
+            tags=["train"],
             guard_rules=guard_rules,
-            scores_to=store,
             concurrency=concurrency,
             promotion=Promotion(activate=True),  # the table measures the next split at once
         )

@@ -212,8 +212,8 @@ def interval_chart(plot_id: str, title: str, panels: Mapping[str, Sequence[Inter
 
     Each row is a horizontal interval around its estimate, labelled in full on the left and
     with its numbers on the right; a dashed line marks 0. An unbounded side (not enough data
-    yet) is drawn dashed to the panel's edge. Rows whose estimate is not a number are left
-    out; a metric with no row left gets no panel.
+    yet) is drawn dashed to the panel's edge and labelled "not enough data". Rows whose
+    estimate is not a number are left out; a metric with no row left gets no panel.
     """
     shown = {metric: [r for r in rows if math.isfinite(r[1])] for metric, rows in panels.items()}
     shown = {m: rows for m, rows in shown.items() if rows}
@@ -254,7 +254,7 @@ def _forest_panel(
         (dot,) = ax.plot([est], [i], "o", color=color, markersize=6)
         marks.tag(line, dot)
         ax.annotate(
-            f"{est:+.3g} [{_bound(low)}, {_bound(high)}]",
+            "not enough data" if open_ else f"{est:+.3g} [{_bound(low)}, {_bound(high)}]",
             xy=(1.0, i),
             xycoords=("axes fraction", "data"),
             xytext=(6, 0),

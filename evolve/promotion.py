@@ -56,6 +56,7 @@ __all__ = [
     "PromotionResult",
     "TaskEval",
     "artifact_evaluator",
+    "fit_gate",
     "p0_items",
     "paired_gate",
     "promote_candidate",
@@ -400,6 +401,32 @@ Evaluator = Callable[[int | None, int], GateDecision]
 """``(control version or None, candidate version) -> the gate's decision``."""
 
 
+def fit_gate(
+    gate: GateConfig, runtime: Environment
+) -> tuple[GateConfig, str, dict[str, int | None]] | None:
+    """``gate`` on the splits ``runtime`` has (:meth:`GateConfig.for_environment`), the note
+    of what changed, and the tasks to take of each split (a guard on the fallback split
+    takes as many as the gate split has); ``None`` when it cannot replay."""
+    sizes: dict[str, int] = {}
+
+    def has_split(split: str) -> bool:
+        try:
+            sizes[split] = len(list(runtime.tasks(split)))
+        except (ConfigError, KeyError, ValueError):
+            return False  # the environment has no such split
+        return sizes[split] > 0
+
+    fitted = gate.for_environment(has_split)
+    if fitted is None:
+        return None
+    config, note = fitted
+    limits: dict[str, int | None] = dict.fromkeys(config.splits, config.limit)
+    if config.guard_split != gate.guard_split:  # the fallback: as large as the gate split
+        gate_tasks = sizes[config.gate_split]
+        limits[config.guard_split] = min(config.limit or gate_tasks, gate_tasks)
+    return config, note, limits
+
+
 def artifact_evaluator(
     plugin: EvolveEnvironment,
     registry: Registry,
@@ -416,24 +443,10 @@ def artifact_evaluator(
     if runtime is None:
         return None
 
-    sizes: dict[str, int] = {}
-
-    def has_split(split: str) -> bool:
-        try:
-            sizes[split] = len(list(runtime.tasks(split)))
-        except (ConfigError, KeyError, ValueError):
-            return False  # the environment has no such split
-        return sizes[split] > 0
-
-    asked = gate.guard_split
-    fitted = gate.for_environment(has_split)
+    fitted = fit_gate(gate, runtime)
     if fitted is None:
         return None  # no gate split (or guard): it cannot prove by replay
-    gate, note = fitted
-    limits = dict.fromkeys(gate.splits, gate.limit)
-    if gate.guard_split != asked:  # the fallback (train): a subset as large as the gate's
-        gate_tasks = sizes[gate.gate_split]
-        limits[gate.guard_split] = min(gate.limit or gate_tasks, gate_tasks)
+    gate, note, limits = fitted
     roles = {"gate": gate.gate_split, "guard": gate.guard_split}
     if gate.report_split:
         roles["report"] = gate.report_split

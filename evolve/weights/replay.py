@@ -19,8 +19,9 @@ from typing import Any, Protocol, runtime_checkable
 from langchain_core.language_models import BaseChatModel
 
 from evoharness.evolve.environment import EvolveEnvironment
-from evoharness.evolve.promotion import GateConfig, p0_items, replay
+from evoharness.evolve.promotion import GateConfig, fit_gate, p0_items, replay
 from evoharness.evolve.weights.pipeline import Candidate, Evaluate, Evaluation
+from evoharness.harness import ConfigError
 from evoharness.sdk.environment import Environment
 
 __all__ = ["AdapterServer", "LocalAdapterServer", "replay_evaluation"]
@@ -103,6 +104,14 @@ def replay_evaluation(
         gate: The splits and how many tasks of each.
         on_split: Called with ``(candidate, split)`` before each split runs.
     """
+    fitted = fit_gate(gate, runtime)
+    if fitted is None:
+        raise ConfigError(
+            f"{plugin.name} cannot replay the gate: it has no {gate.gate_split!r} split, or "
+            f"neither a {gate.guard_split!r} split nor a {gate.guard_fallback!r} one",
+            field="gate",
+        )
+    gate, _, limits = fitted
     p0 = p0_items(plugin, runtime, gate.gate_split)
 
     def evaluate(candidate: Candidate) -> Evaluation:
@@ -118,7 +127,7 @@ def replay_evaluation(
                 split,
                 model_factory=lambda: server.chat_model(name),
                 p0_ids=p0,
-                limit=gate.limit,
+                limit=limits[split],
                 concurrency=1,  # one pool, one generation at a time
             )
         report = results.get(gate.report_split) if gate.report_split else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -118,13 +119,40 @@ class TraceReader:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
+        self._pinned = threading.local()
 
     @contextmanager
     def _conn(self) -> Iterator[sqlite3.Connection]:
+        conn: sqlite3.Connection | None = getattr(self._pinned, "conn", None)
+        if conn is not None:  # inside pinned(): the thread's connection, kept open
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:  # left clean for the next call
+                    conn.rollback()
+                raise
+            return
         conn = connect(self.path)
         try:
             yield conn
         finally:
+            conn.close()
+
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Calls made on this thread inside the block share one connection (nested blocks
+        share the outer one). For a caller that makes several calls in a row, as an
+        export cycle does (read the batch, mark it exported, look for more): SQLite
+        parses the whole schema for every new connection, which cost as much as a
+        50-round run's pending rows take to read."""
+        if getattr(self._pinned, "conn", None) is not None:
+            yield
+            return
+        self._pinned.conn = connect(self.path)
+        try:
+            yield
+        finally:
+            conn, self._pinned.conn = self._pinned.conn, None
             conn.close()
 
     def backup(self, target: Path | str) -> Path:

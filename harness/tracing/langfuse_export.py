@@ -176,6 +176,16 @@ class LangfuseExporter:
                 "Content-Encoding": "gzip",
             }
         )
+        # What Session.post works out per request from the environment (proxies, CA
+        # bundle, .netrc) and its request layer cost 2.5x sending the request itself:
+        # both are settled here once, and each request goes to requests' adapter.
+        self._post_settings = self._session.merge_environment_settings(
+            self._endpoint, {}, None, None, None
+        )
+        self._post_template = self._session.prepare_request(
+            requests.Request("POST", self._endpoint)
+        )
+        self._adapter = self._session.get_adapter(self._endpoint)
         # what the SDK's TracerProvider sent: its default resource, our tracer's scope
         self._resource = _otlp.resource(dict(Resource.create().attributes))
         self._scope = _otlp.scope("evoharness")
@@ -242,7 +252,7 @@ class LangfuseExporter:
         def post() -> str | None:
             body = _gzip(_otlp.request(self._resource, self._scope, parts))
             try:
-                answer = self._session.post(self._endpoint, data=body, timeout=self.timeout_s)
+                answer = self._post(body)
             except requests.RequestException as exc:
                 return f"{type(exc).__name__}: {exc}"
             if not 200 <= answer.status_code < 300:
@@ -263,6 +273,18 @@ class LangfuseExporter:
             size += framed
         return ok, post() if parts else None
 
+    def _post(self, body: bytes) -> requests.Response:
+        """POST one request body: what ``Session.post`` sends (the session's headers and
+        credentials, the environment's proxies and CA bundle as they were when the exporter
+        was made), through the session's adapter; a redirect is followed by the session."""
+        request = self._post_template.copy()
+        request.prepare_body(body, None)
+        answer = self._adapter.send(request, timeout=self.timeout_s, **self._post_settings)
+        answer.content  # read: the connection goes back to the pool  # noqa: B018
+        if answer.is_redirect:
+            return self._session.post(self._endpoint, data=body, timeout=self.timeout_s)
+        return answer
+
     # -- one cycle -------------------------------------------------------------------------
     def sampled(self, trace_id: str) -> bool:
         """Whether ``trace_id`` is exported (deterministic: the same answer every time)."""
@@ -270,6 +292,10 @@ class LangfuseExporter:
 
     def export_once(self) -> ExportCycle:
         """Send one batch of pending observations, finished traces and scores."""
+        with self.store.pinned():  # one connection for the cycle's reads and updates
+            return self._export_once()
+
+    def _export_once(self) -> ExportCycle:
         cycle = ExportCycle()
         now = time.time()
         sent_obs: list[tuple[str, float]] = []
@@ -381,16 +407,17 @@ class LangfuseExporter:
     def drain(self, timeout: float = 60.0, interval: float = 0.2) -> bool:
         """Export until nothing is pending (True) or ``timeout`` passes (False)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            cycle = self.export_once()
-            if cycle.failed:
+        with self.store.pinned():  # one connection for every cycle and backlog probe
+            while time.monotonic() < deadline:
+                cycle = self.export_once()
+                if cycle.failed:
+                    time.sleep(interval)
+                    continue
+                if cycle.spans_sent + cycle.scores_sent >= self.batch_size:
+                    continue  # a backlog: no pause, no counting
+                if not self.store.export_backlog(time.time() - self.stale_after_s):
+                    return True
                 time.sleep(interval)
-                continue
-            if cycle.spans_sent + cycle.scores_sent >= self.batch_size:
-                continue  # a backlog: no pause, no counting
-            if not self.store.export_backlog(time.time() - self.stale_after_s):
-                return True
-            time.sleep(interval)
         return False
 
     def start(self, interval: float = 1.0) -> None:

@@ -1,20 +1,27 @@
-"""The exporter's encoding shortcuts give what the plain computation gives.
+"""The exporter's shortcuts give what the plain computation gives.
 
 ``_otlp`` remembers each string attribute's framing bytes by key and length, and the codec
 reads a writer row's extra fields by position and remembers root span ids: the bytes must
 be protobuf's own whatever was cached before, and the attributes those of the row read
-field by field (its own order, its own metadata entries)."""
+field by field (its own order, its own metadata entries). Requests skip ``Session.post``'s
+per-request environment lookups: what goes out is what it sent, byte for byte."""
 
 from __future__ import annotations
 
+import socket
+import sqlite3
+import threading
+from pathlib import Path
 from typing import Any
 
 import langfuse
 import orjson
+import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from evoharness.harness.tracing import _otlp, root_span_id
+from evoharness.harness.tracing import TraceStore, _otlp, root_span_id
 from evoharness.harness.tracing.langfuse_codec import FIELDS_KEY, span_attributes
+from evoharness.harness.tracing.langfuse_export import LangfuseExporter
 from evoharness.harness.tracing.schema import Observation
 
 A = langfuse.LangfuseOtelSpanAttributes
@@ -104,3 +111,113 @@ def test_root_is_recognised_for_every_trace() -> None:
         child = {**_row(), "trace_id": tid}
         assert span_attributes(root, {**trace, "id": tid}, A)[A.AS_ROOT] is True
         assert A.AS_ROOT not in span_attributes(child, {**trace, "id": tid}, A)
+
+
+class _RawServer:
+    """Loopback HTTP/1.1 server recording each request's head and body; answers 200, or
+    a 307 to ``/moved`` for ``redirect`` requests to the OTLP path."""
+
+    def __init__(self, redirect: bool = False) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.redirect = redirect
+        self.seen: list[tuple[bytes, bytes]] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while True:
+            conn, _ = self.sock.accept()
+            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+
+    def _connection(self, conn: socket.socket) -> None:
+        reader = conn.makefile("rb")
+        while True:
+            lines = []
+            while (line := reader.readline()) not in (b"\r\n", b""):
+                lines.append(line)
+            if not lines:
+                return
+            head = b"".join(lines)
+            length = next(
+                int(x.split(b":")[1]) for x in lines if x.lower().startswith(b"content-length")
+            )
+            self.seen.append((head, reader.read(length)))
+            if self.redirect and lines[0].startswith(b"POST /api/"):
+                conn.sendall(b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /moved\r\n")
+                conn.sendall(b"Content-Length: 0\r\n\r\n")
+            else:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+
+def test_a_request_goes_out_as_session_post_sends_it(tmp_path: Path) -> None:
+    server = _RawServer()
+    store = TraceStore(tmp_path / "t.db")
+    exporter = LangfuseExporter(
+        store, public_key="pk-lf-raw", secret_key="sk-lf-raw", base_url=server.base_url
+    )
+    assert exporter._post(b"\x1f\x8b body").status_code == 200
+    exporter._session.post(exporter._endpoint, data=b"\x1f\x8b body", timeout=5)
+    assert exporter._post(b"\x1f\x8b body").status_code == 200  # the kept connection
+    (ours, body), (sessions, _), (again, _) = server.seen
+    assert ours == sessions == again and body == b"\x1f\x8b body"
+    exporter.stop()
+    store.close()
+
+
+def test_a_redirected_request_is_followed_like_session_post(tmp_path: Path) -> None:
+    server = _RawServer(redirect=True)
+    store = TraceStore(tmp_path / "t.db")
+    exporter = LangfuseExporter(
+        store, public_key="pk-lf-raw", secret_key="sk-lf-raw", base_url=server.base_url
+    )
+    answer = exporter._post(b"payload")
+    assert answer.status_code == 200
+    assert [h.split(b" ")[1] for h, _ in server.seen] == [
+        b"/api/public/otel/v1/traces",
+        b"/api/public/otel/v1/traces",  # the session's own try, which it follows
+        b"/moved",
+    ]
+    assert server.seen[-1][1] == b"payload"  # 307: the body goes along
+    exporter.stop()
+    store.close()
+
+
+def _fail_mid_transaction(store: TraceStore) -> None:
+    with store._conn() as conn:
+        conn.execute("BEGIN")
+        raise RuntimeError("mid-transaction")
+
+
+def test_pinned_calls_share_one_connection_per_thread_and_leave_it_clean(
+    tmp_path: Path,
+) -> None:
+    store = TraceStore(tmp_path / "t.db")
+    other: list[sqlite3.Connection] = []
+
+    def elsewhere() -> None:
+        with store._conn() as conn:
+            other.append(conn)
+
+    with store.pinned():
+        with store._conn() as first, store._conn() as second:
+            assert first is second
+        with pytest.raises(RuntimeError):
+            _fail_mid_transaction(store)
+        assert not first.in_transaction  # rolled back for the next call
+        with store.pinned(), store._conn() as nested:
+            assert nested is first
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join()
+        assert other[0] is not first  # another thread: a connection of its own
+        assert store.mark_exported_kinds({"observation": [("none", 1.0)]}) == 0
+    with pytest.raises(sqlite3.ProgrammingError):  # closed when the block ended
+        first.execute("SELECT 1")
+    with store._conn() as after:
+        assert after is not first
+    store.close()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import re
 from collections import Counter
 from contextlib import ExitStack, closing
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -17,17 +17,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from evoharness.evolve.cli.options import (
-    JudgeKind,
-    JudgeModelOption,
+    RULES,
+    JudgeSpec,
     MemoryOption,
     MetaOption,
     PluginEnvOption,
     RejudgeOption,
     SessionOption,
     StateOption,
-    TemperatureOption,
     VerboseOption,
-    VotesOption,
+    judge_options,
+    judge_registry,
 )
 from evoharness.evolve.cli.replay import replay
 from evoharness.harness.errors import ConfigError
@@ -37,8 +37,6 @@ from evoharness.sdk.cli.options import (
     HOME,
     REGISTRY,
     TRACE_DB,
-    ApiKeyEnvOption,
-    BaseUrlOption,
     ConcurrencyOption,
     MinDwellOption,
     RegistryOption,
@@ -46,16 +44,15 @@ from evoharness.sdk.cli.options import (
     TagOption,
     ToleranceOption,
     TraceDbOption,
+    grouped,
 )
-from evoharness.sdk.cli.stores import opened, sqlite_file, trace_store
+from evoharness.sdk.cli.stores import opened, trace_store
 
 if TYPE_CHECKING:  # imported where they run: --help and argument errors need none of them
-    from langchain_core.language_models import BaseChatModel
-
     from evoharness.evolve.environment import EvolveEnvironment
     from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, LocalTraceSource
     from evoharness.evolve.judging.jobs import JudgeReport
-    from evoharness.evolve.judging.judge import Judge, RelativeJudge
+    from evoharness.evolve.judging.judge import Judge
     from evoharness.evolve.judging.rubric import RubricGenerator
     from evoharness.evolve.judging.state import EvolveState
     from evoharness.harness.tracing import TraceStore
@@ -69,103 +66,6 @@ app = typer.Typer(
     help="Judge traces, route cases, curate memory and guard rules.", no_args_is_help=True
 )
 app.command("replay")(replay)  # the P1 replay pool's consumer (evolve/cli/replay.py)
-
-
-class JudgeSpec:
-    """What ``--judge`` and its options asked for (picklable: pool workers rebuild it)."""
-
-    def __init__(
-        self,
-        kind: str = "rule",
-        *,
-        model: str | None = None,
-        base_url: str | None = None,
-        api_key_env: str | None = None,
-        votes: int = 3,
-        temperature: float = 0.0,
-        registry: str | None = None,
-    ) -> None:
-        if kind not in ("rule", "llm", "relative"):
-            raise ConfigError(f"unknown --judge {kind!r}; choose rule, llm or relative")
-        if kind != "rule" and not model:
-            raise ConfigError(
-                f"--judge {kind} needs --judge-model (and --base-url for a local "
-                "OpenAI-compatible server)",
-                field="judge_model",
-            )
-        self.kind = kind
-        self.model = model
-        self.base_url = base_url
-        self.api_key_env = api_key_env
-        self.votes = votes
-        self.temperature = temperature
-        self.registry = registry
-
-    def prompt(self, name: str) -> tuple[str | None, str | None]:
-        """The active ``judge_prompt/<name>`` text and version from the registry (the
-        built-in text is published as version 1 the first time)."""
-        from evoharness.evolve.judging.prompts import JUDGE_PROMPT_KIND, JudgePrompts
-        from evoharness.sdk.registry import open_registry
-
-        if self.registry is None:
-            return None, None
-        with open_registry(self.registry) as registry:
-            prompts = JudgePrompts(registry)
-            prompts.ensure_defaults()
-            return prompts.get(JUDGE_PROMPT_KIND, name)
-
-    def chat_model(self) -> BaseChatModel:
-        """The judge model (ChatOpenAI against ``base_url``)."""
-        from langchain_openai import ChatOpenAI
-        from pydantic import SecretStr
-
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        if self.api_key_env and key is None:
-            raise ConfigError(
-                f"environment variable {self.api_key_env} is not set; export the judge's API "
-                "key there",
-                field="api_key_env",
-            )
-        if key is None:
-            key = os.environ.get("OPENAI_API_KEY") or "unused"  # local servers ignore it
-        return ChatOpenAI(
-            model=str(self.model),
-            base_url=self.base_url,
-            api_key=SecretStr(key),
-            temperature=self.temperature,
-            max_retries=1,
-        )
-
-    def grader(self, env: EvolveEnvironment) -> Judge:
-        """The absolute grader (rules, plus the model with ``--judge llm``)."""
-        from evoharness.evolve.environment import build_judge
-        from evoharness.evolve.judging.judge import LLMJudge
-
-        if self.kind != "llm":
-            return build_judge(env)
-        text, version = self.prompt("absolute")
-        llm = LLMJudge(self.chat_model(), votes=self.votes, prompt=text, prompt_version=version)
-        return build_judge(env, llm=llm)
-
-    def ranker(self) -> RelativeJudge | None:
-        """The relative judge with ``--judge relative``."""
-        from evoharness.evolve.judging.judge import RelativeJudge
-
-        if self.kind != "relative":
-            return None
-        text, version = self.prompt("relative")
-        return RelativeJudge(
-            self.chat_model(), votes=self.votes, prompt=text, prompt_version=version
-        )
-
-
-def judge_registry(registry: str) -> str:
-    """``--registry`` of a judging command, checked up front: it is read only with ``--judge
-    llm|relative`` (the judge prompts), but a folder or a file that is no database is
-    refused whatever the judge."""
-    if "://" not in registry:
-        sqlite_file("--registry", Path(registry))
-    return registry
 
 
 def pool_grader(env: str, spec: JudgeSpec) -> Judge:
@@ -314,6 +214,7 @@ def _say_other_judges(plugin: EvolveEnvironment, episodes: list[Episode]) -> Non
 
 
 @app.command()
+@grouped("judging", judge_options)
 def judge(
     db: TraceDbOption = TRACE_DB,
     state: StateOption = HOME / "evolve.db",
@@ -321,12 +222,7 @@ def judge(
     session: SessionOption = None,
     meta: MetaOption = None,
     env: PluginEnvOption = "generic",
-    judge_kind: JudgeKind = "rule",
-    judge_model: JudgeModelOption = None,
-    base_url: BaseUrlOption = None,
-    api_key_env: ApiKeyEnvOption = None,
-    votes: VotesOption = 3,
-    temperature: TemperatureOption = 0.0,
+    judging: JudgeSpec = RULES,
     rejudge: RejudgeOption = False,
     concurrency: ConcurrencyOption = 8,
     workers: Annotated[int, typer.Option(min=1, max=32, help="Parallel workers")] = 1,
@@ -349,15 +245,7 @@ def judge(
             f"unknown --executor {executor!r}; use processes, threads, ray or ray:<address>",
             field="executor",
         )
-    spec = JudgeSpec(
-        judge_kind,
-        model=judge_model,
-        base_url=base_url,
-        api_key_env=api_key_env,
-        votes=votes,
-        temperature=temperature,
-        registry=registry,
-    )
+    spec = replace(judging, registry=registry)
     from evoharness.evolve.environment import load_plugin
     from evoharness.evolve.episodes.traces import LocalTraceSource
 
@@ -620,6 +508,7 @@ def _guard(files: GuardRuleVersions, action: str, target: Path | None) -> None:
 
 
 @app.command()
+@grouped("judging", judge_options)
 def cycle(
     db: TraceDbOption = TRACE_DB,
     state: StateOption = HOME / "evolve.db",
@@ -629,12 +518,7 @@ def cycle(
     session: SessionOption = None,
     meta: MetaOption = None,
     env: PluginEnvOption = "generic",
-    judge_kind: JudgeKind = "rule",
-    judge_model: JudgeModelOption = None,
-    base_url: BaseUrlOption = None,
-    api_key_env: ApiKeyEnvOption = None,
-    votes: VotesOption = 3,
-    temperature: TemperatureOption = 0.0,
+    judging: JudgeSpec = RULES,
     rejudge: RejudgeOption = False,
     curator: Annotated[
         str,
@@ -696,20 +580,12 @@ def cycle(
 
     if curator not in ("rule", "llm"):
         raise ConfigError(f"unknown --curator {curator!r}; use rule or llm", field="curator")
-    if curator == "llm" and not judge_model:
+    if curator == "llm" and not judging.model:
         raise ConfigError(
             "--curator llm needs --judge-model (and --base-url for a local endpoint)",
             field="curator",
         )
-    spec = JudgeSpec(
-        judge_kind,
-        model=judge_model,
-        base_url=base_url,
-        api_key_env=api_key_env,
-        votes=votes,
-        temperature=temperature,
-        registry=registry,
-    )
+    spec = replace(judging, registry=registry)
     promotion = _promotion(
         activate, stages, min_dwell_s, tolerance, gate_splits, min_tasks, gate_limit
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 from contextlib import ExitStack, closing
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -17,23 +18,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from evoharness.evolve.cli.options import (
-    JudgeKind,
-    JudgeModelOption,
+    RULES,
+    JudgeSpec,
     PluginEnvOption,
     StateOption,
-    TemperatureOption,
-    VotesOption,
+    judge_options,
+    judge_registry,
 )
 from evoharness.harness.errors import ConfigError
 from evoharness.sdk import cli as sdk_cli
-from evoharness.sdk.cli.options import (
-    HOME,
-    REGISTRY,
-    ApiKeyEnvOption,
-    BaseUrlOption,
-    ConcurrencyOption,
-    RegistryOption,
-)
+from evoharness.sdk.cli.options import HOME, REGISTRY, ConcurrencyOption, RegistryOption, grouped
 from evoharness.sdk.cli.stores import opened
 
 if TYPE_CHECKING:
@@ -84,6 +78,7 @@ def replay_model(
     return ChatOpenAI(model=model, base_url=base_url, api_key=SecretStr(key), max_retries=1)
 
 
+@grouped("judging", judge_options)
 def replay(
     env: PluginEnvOption = "generic",
     state: StateOption = HOME / "evolve.db",
@@ -103,12 +98,7 @@ def replay(
             "--model-factory", help="package.module:fn returning any LangChain chat model"
         ),
     ] = None,
-    base_url: BaseUrlOption = None,
-    api_key_env: ApiKeyEnvOption = None,
-    judge_kind: JudgeKind = "rule",
-    judge_model: JudgeModelOption = None,
-    votes: VotesOption = 3,
-    temperature: TemperatureOption = 0.0,
+    judging: JudgeSpec = RULES,
     limit: Annotated[int | None, typer.Option(min=1, help="At most this many cases")] = None,
     min_total: Annotated[float, typer.Option(min=0.0, max=1.0, help="SFT gate: total")] = 0.75,
     min_gain: Annotated[
@@ -121,23 +111,14 @@ def replay(
     scores >= 0.75, beats the original by >= 15 points, is 100% well-formed and <= 16K
     tokens enters the SFT pool. Resumable: a case already replayed by the model is read
     back, not run again."""
-    from evoharness.evolve.cli.evolve import JudgeSpec, judge_registry
     from evoharness.evolve.environment import build_rubrics, load_plugin, runtime_of
     from evoharness.evolve.judging.state import EvolveState
     from evoharness.evolve.routing.replay import ReplayGate, replay_bad_cases
     from evoharness.harness.tracing import TraceStore
 
     gate = ReplayGate(min_total=min_total, min_gain=min_gain, max_tokens=max_tokens)
-    chat = replay_model(model, model_factory, base_url, api_key_env)
-    spec = JudgeSpec(
-        judge_kind,
-        model=judge_model,
-        base_url=base_url,
-        api_key_env=api_key_env,
-        votes=votes,
-        temperature=temperature,
-        registry=judge_registry(str(registry)),
-    )
+    chat = replay_model(model, model_factory, judging.base_url, judging.api_key_env)
+    spec = replace(judging, registry=judge_registry(str(registry)))
     plugin = load_plugin(env)
     world = runtime_of(plugin)  # a replay runs the case again: it needs the run side
     with ExitStack() as stack:

@@ -9,12 +9,14 @@ refuses them inside ``Annotated``); the shared ones are the constants below. The
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import os
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -42,8 +44,11 @@ __all__ = [
     "TraceDbOption",
     "check_number",
     "finite_numbers",
+    "grouped",
     "non_empty",
 ]
+
+R = TypeVar("R")
 
 HOME = Path(".evoharness")
 """Where the stores live by default (relative to the working directory)."""
@@ -123,6 +128,55 @@ ActorOption = Annotated[str, typer.Option(help="Recorded in the audit log")]
 ReasonOption = Annotated[
     str, typer.Option("--reason", "-m", help="Why (recorded in the audit log)")
 ]
+
+
+# -- options that go together ----------------------------------------------------------------
+def grouped(name: str, build: Callable[..., Any]) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """A decorator: the command's parameter ``name`` stands for a group of options, those of
+    ``build`` (its parameters, typer-annotated, with their defaults), and is passed what
+    ``build`` makes of them.
+
+    Typer sees the group's options in the place of ``name``, so a group of options that go
+    together (the judge's, a rollout's) is written once, in ``build``, and every command
+    that takes it reads ``judging: JudgeSpec = JudgeSpec()``; ``build`` checks them (a
+    :class:`ConfigError`) before the command runs. Example::
+
+        def judge_options(judge_kind: JudgeKind = "rule", votes: VotesOption = 3) -> Spec:
+            return Spec(judge_kind, votes=votes)
+
+        @app.command()
+        @grouped("judging", judge_options)
+        def judge(db: TraceDbOption = TRACE_DB, judging: Spec = Spec()) -> None: ...
+    """
+    group = list(inspect.signature(build, eval_str=True).parameters.values())
+
+    def decorate(command: Callable[..., R]) -> Callable[..., R]:
+        signature = inspect.signature(command, eval_str=True)  # typer reads evaluated types
+        own = list(signature.parameters.values())
+        names = [p.name for p in own]
+        if name not in names:
+            raise TypeError(f"{command.__name__} takes no {name!r} to stand for the options")
+        at = names.index(name)
+        merged = signature.replace(
+            parameters=[*own[:at], *group, *own[at + 1 :]]
+        )  # a name taken twice is a ValueError here, when the command is defined
+
+        @functools.wraps(command)
+        def call(*args: Any, **kwargs: Any) -> R:
+            given = merged.bind(*args, **kwargs)
+            given.apply_defaults()
+            values = dict(given.arguments)
+            made = build(**{p.name: values.pop(p.name) for p in group})
+            return command(**values, **{name: made})
+
+        call.__signature__ = merged  # type: ignore[attr-defined]  # what typer reads
+        call.__annotations__ = {
+            **{p.name: p.annotation for p in merged.parameters.values()},
+            "return": merged.return_annotation,
+        }
+        return call
+
+    return decorate
 
 
 # -- values every option of a kind must refuse ------------------------------------------------

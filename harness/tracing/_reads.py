@@ -80,7 +80,9 @@ def _exotic(body: bytes) -> bool:
     """Whether a stored body may hold ``NaN``/``Infinity`` tokens (typed number fields keep
     them): such a row is re-encoded with ``json``, which writes them back, where orjson
     would write ``null``. A string that merely says "Infinity" costs that row the slow path."""
-    return b"NaN" in body or b"Infinity" in body
+    # find, not ``in``: ``bytes in bytes`` first tries the needle as an int, raising and
+    # clearing a formatted TypeError for every row
+    return body.find(b"NaN") >= 0 or body.find(b"Infinity") >= 0
 
 
 @dataclass
@@ -139,21 +141,23 @@ class TraceReader:
             conn.close()
 
     @contextmanager
-    def pinned(self) -> Iterator[None]:
+    def pinned(self, conn: sqlite3.Connection | None = None) -> Iterator[None]:
         """Calls made on this thread inside the block share one connection (nested blocks
-        share the outer one). For a caller that makes several calls in a row, as an
-        export cycle does (read the batch, mark it exported, look for more): SQLite
-        parses the whole schema for every new connection, which cost as much as a
-        50-round run's pending rows take to read."""
+        share the outer one): ``conn`` (the caller's, left open), else one opened for the
+        block. For a caller that makes several calls in a row, as an export cycle does
+        (read the batch, mark it exported, look for more): SQLite parses the whole schema
+        for every new connection, which cost as much as a 50-round run's pending rows
+        take to read."""
         if getattr(self._pinned, "conn", None) is not None:
             yield
             return
-        self._pinned.conn = connect(self.path)
+        self._pinned.conn = connect(self.path) if conn is None else conn
         try:
             yield
         finally:
-            conn, self._pinned.conn = self._pinned.conn, None
-            conn.close()
+            pinned, self._pinned.conn = self._pinned.conn, None
+            if conn is None:
+                pinned.close()
 
     def backup(self, target: Path | str) -> Path:
         """A consistent copy of the store (SQLite's online backup API), safe while it is
@@ -346,12 +350,13 @@ class TraceReader:
                 f"SELECT hash, {column} FROM messages WHERE hash IN ({marks})", chunk
             ):
                 known[digest] = body if as_text else loads(body)
+        lost = len(known) < len(wanted)  # a message row missing (rare)
         for b in bodies:
             hashes = lists.get(b["id"])
             if hashes is None:
                 continue
             messages: list[Any] = list(map(known.get, hashes))  # the whole input: C speed
-            if None in messages:  # a lost message row (rare)
+            if lost and None in messages:
                 messages = [
                     known[h] if h in known else _missing(h, as_text=as_text) for h in hashes
                 ]

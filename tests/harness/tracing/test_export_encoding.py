@@ -23,6 +23,7 @@ from evoharness.harness.tracing import TraceStore, _otlp, root_span_id
 from evoharness.harness.tracing.langfuse_codec import FIELDS_KEY, span_attributes
 from evoharness.harness.tracing.langfuse_export import LangfuseExporter
 from evoharness.harness.tracing.schema import Observation
+from evoharness.sdk.testing.langfuse_standin import LangfuseStandIn
 
 A = langfuse.LangfuseOtelSpanAttributes
 TID = "ab" * 16
@@ -220,4 +221,31 @@ def test_pinned_calls_share_one_connection_per_thread_and_leave_it_clean(
         first.execute("SELECT 1")
     with store._conn() as after:
         assert after is not first
+    store.close()
+
+
+def test_the_exporter_keeps_one_connection_until_a_cycle_fails_or_it_stops(
+    tmp_path: Path,
+) -> None:
+    store = TraceStore(tmp_path / "t.db", linger_s=0)
+    store.put_observation(
+        {"id": "cd" * 8, "trace_id": TID, "type": "tool", "name": "t", "start_time": 1.0}
+    )
+    assert store.flush(10)
+    with LangfuseStandIn() as lf:
+        exporter = LangfuseExporter(
+            store, public_key="pk-lf-conn", secret_key="sk-lf-conn", base_url=lf.base_url
+        )
+        with lf.outage():
+            assert exporter.export_once().error is not None
+        assert exporter._connections == {}  # dropped: the next cycle opens a fresh one
+        assert not exporter.export_once().failed
+        (kept,) = exporter._connections.values()
+        assert exporter.drain(10)
+        assert list(exporter._connections.values()) == [kept]
+        assert len(lf.spans) == 1
+        exporter.stop()
+    assert exporter._connections == {}
+    with pytest.raises(sqlite3.ProgrammingError):  # closed by stop()
+        kept.execute("SELECT 1")
     store.close()

@@ -36,15 +36,15 @@ from evoharness.sdk.cli.console import progress_bar
 from evoharness.sdk.cli.options import (
     HOME,
     REGISTRY,
+    STAGED,
     TRACE_DB,
     ConcurrencyOption,
-    MinDwellOption,
     RegistryOption,
-    StagesOption,
+    Staging,
     TagOption,
-    ToleranceOption,
     TraceDbOption,
     grouped,
+    rollout_options,
 )
 from evoharness.sdk.cli.stores import opened, trace_store
 
@@ -509,6 +509,7 @@ def _guard(files: GuardRuleVersions, action: str, target: Path | None) -> None:
 
 @app.command()
 @grouped("judging", judge_options)
+@grouped("staging", rollout_options)
 def cycle(
     db: TraceDbOption = TRACE_DB,
     state: StateOption = HOME / "evolve.db",
@@ -545,9 +546,7 @@ def cycle(
             "prove them (paired replay where the environment can, then a staged rollout)",
         ),
     ] = False,
-    stages: StagesOption = "0.1,0.3,1.0",
-    min_dwell_s: MinDwellOption = 3600.0,
-    tolerance: ToleranceOption = None,
+    staging: Staging = STAGED,
     gate_splits: Annotated[
         str,
         typer.Option(
@@ -586,9 +585,7 @@ def cycle(
             field="curator",
         )
     spec = replace(judging, registry=registry)
-    promotion = _promotion(
-        activate, stages, min_dwell_s, tolerance, gate_splits, min_tasks, gate_limit
-    )
+    promotion = _promotion(activate, staging, gate_splits, min_tasks, gate_limit)
     if skills is not None and not skills.strip():
         raise ConfigError("--skills needs a name, e.g. --skills shop", field="skills")
     with console.status(f"loading environment {env}"):
@@ -671,16 +668,13 @@ def _skill_learning(plugin: Any, name: str) -> Any:
 
 def _promotion(
     activate: bool,
-    stages: str,
-    min_dwell_s: float,
-    tolerance: list[str] | None,
+    staging: Staging,
     gate_splits: str,
     min_tasks: int,
     gate_limit: int | None,
 ) -> Any:
     """The cycle's promotion rule from its options (checked before any work is done)."""
     from evoharness.evolve.promotion import GateConfig, Promotion
-    from evoharness.sdk.rollout import parse_stages, parse_tolerances
 
     names = [x.strip() for x in gate_splits.split(",") if x.strip()]
     if len(names) not in (2, 3):
@@ -701,9 +695,7 @@ def _promotion(
     return Promotion(
         activate=activate,
         gate=gate,
-        stages=tuple(parse_stages(stages)),
-        min_dwell_s=min_dwell_s,
-        tolerances=parse_tolerances(tolerance or []),
+        **staging.settings(),
         actor="evoharness evolve cycle",
     )
 

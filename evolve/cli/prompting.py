@@ -18,16 +18,17 @@ from evoharness.sdk import cli as sdk_cli
 from evoharness.sdk.cli.options import (
     HOME,
     REGISTRY,
+    STAGED,
     ApiKeyEnvOption,
     BaseUrlOption,
     EnvOption,
     EvalDbOption,
-    MinDwellOption,
     RegistryOption,
-    StagesOption,
+    Staging,
     TaskLimitOption,
-    ToleranceOption,
     TraceDbOption,
+    grouped,
+    rollout_options,
 )
 from evoharness.sdk.cli.stores import opened, sqlite_file
 
@@ -49,17 +50,6 @@ Memory = Annotated[
 ValSplit = Annotated[str, typer.Option(help="Frozen validation split")]
 GuardSplit = Annotated[str, typer.Option(help="Guard split (no P0 regression allowed)")]
 Seed = Annotated[int, typer.Option(help="Environment seed (the same faults for both arms)")]
-
-
-def _rollout(stages: str, min_dwell_s: float, tolerance: list[str] | None) -> dict[str, Any]:
-    """The rollout settings of PromptLayerConfig, checked before any work is done."""
-    from evoharness.sdk.rollout import parse_stages, parse_tolerances
-
-    return {
-        "stages": tuple(parse_stages(stages)),
-        "min_dwell_s": min_dwell_s,
-        "tolerances": parse_tolerances(tolerance or []),
-    }
 
 
 def _stores(*, db: Path, eval_db: Path | None, memory: Path | None) -> None:
@@ -131,6 +121,7 @@ def _proposal(p: Proposal) -> None:
 
 
 @app.command("propose")
+@grouped("staging", rollout_options)
 def propose(
     env: EnvOption = "shop",
     prompt: Prompt = None,
@@ -157,9 +148,7 @@ def propose(
     evaluate: Annotated[
         bool, typer.Option(help="Also evaluate and hand off (--no-evaluate: draft only)")
     ] = True,
-    stages: StagesOption = "0.1,0.3,1.0",
-    min_dwell_s: MinDwellOption = 3600.0,
-    tolerance: ToleranceOption = None,
+    staging: Staging = STAGED,
     decisions_name: Annotated[
         str,
         typer.Option(
@@ -190,7 +179,6 @@ def propose(
         raise ConfigError(f"unknown --search {search!r}; use gepa or direct", field="search")
     if model is not None and not model.strip():
         raise ConfigError("--model is empty; name the reflection model", field="model")
-    rollout = _rollout(stages, min_dwell_s, tolerance)
     reflect, chat = _reflection(reflector, model, base_url, api_key_env)
     name = prompt or env
     reg = open_registry(registry)
@@ -233,7 +221,7 @@ def propose(
             trace_db=eval_db or eval_store_path(db),
             memory_db=memory,
             decided=prompt_clusters(decisions) if decisions else None,
-            config=PromptLayerConfig(search=search, search_budget=budget, **rollout),
+            config=PromptLayerConfig(search=search, search_budget=budget, **staging.settings()),
             evaluate=evaluate,
         )
         _print(report)
@@ -243,6 +231,7 @@ def propose(
 
 
 @app.command("evaluate")
+@grouped("staging", rollout_options)
 def evaluate(
     candidate: Annotated[int, typer.Argument(min=1, help="Candidate version")],
     env: EnvOption = "shop",
@@ -259,9 +248,7 @@ def evaluate(
     alpha: Annotated[float, typer.Option(min=0.0001, max=0.5)] = 0.05,
     seed: Seed = 0,
     handoff: Annotated[bool, typer.Option(help="Start the rollout when accepted")] = True,
-    stages: StagesOption = "0.1,0.3,1.0",
-    min_dwell_s: MinDwellOption = 3600.0,
-    tolerance: ToleranceOption = None,
+    staging: Staging = STAGED,
 ) -> None:
     """Paired evaluation of CANDIDATE against the active version (resumable: rerun after
     a crash and only the missing runs run); accepted -> rollout stage one."""
@@ -278,7 +265,6 @@ def evaluate(
     from evoharness.sdk.registry import open_registry
 
     _stores(db=db, eval_db=eval_db, memory=memory)
-    rollout = _rollout(stages, min_dwell_s, tolerance)
     with console.status(f"loading environment {env}"):
         load_plugin(env)  # a broken --env is refused before the registry is read
     name = prompt or env
@@ -311,7 +297,7 @@ def evaluate(
             evaluation=paired,
         )
         if paired.accepted and handoff:
-            cfg = PromptLayerConfig(**rollout)
+            cfg = PromptLayerConfig(**staging.settings())
             exp_id = hand_off(reg, name, paired, cfg, "evoharness prompt-evolve")
             p = p.model_copy(update={"experiment_id": exp_id})
         record_proposal(reg, name, p, counted=False, actor="evoharness prompt-evolve")

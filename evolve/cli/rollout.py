@@ -19,13 +19,14 @@ from rich.markup import escape
 from evoharness.sdk import cli as sdk_cli
 from evoharness.sdk.cli.options import (
     REGISTRY,
+    STAGED,
     ActorOption,
-    MinDwellOption,
     ReasonOption,
     RegistryOption,
-    StagesOption,
-    ToleranceOption,
+    Staging,
+    grouped,
     non_empty,
+    rollout_options,
 )
 from evoharness.sdk.cli.stores import trace_store
 
@@ -43,13 +44,12 @@ Name = Annotated[
 
 
 @app.command("start")
+@grouped("staging", rollout_options)
 def start(
     kind: Kind,
     name: Name,
     version: Annotated[int, typer.Argument(min=1, help="The candidate version")],
-    stages: StagesOption = "0.1,0.3,1.0",
-    min_dwell_s: MinDwellOption = 3600.0,
-    tolerance: ToleranceOption = None,
+    staging: Staging = STAGED,
     reason: ReasonOption = "",
     actor: ActorOption = "cli",
     registry: RegistryOption = REGISTRY,
@@ -57,18 +57,16 @@ def start(
     """Start a staged rollout of VERSION against the active version (or, for a kind that
     has none yet, against nothing served)."""
     from evoharness.sdk.registry import open_registry
-    from evoharness.sdk.rollout import RolloutController, parse_stages, parse_tolerances
+    from evoharness.sdk.rollout import RolloutController
 
-    traffic, tolerances = parse_stages(stages), parse_tolerances(tolerance or [])
     with open_registry(registry) as reg:
         exp = RolloutController(reg).start(
-            name, version, kind=kind, stages=traffic, min_dwell_s=min_dwell_s,
-            tolerances=tolerances, actor=actor, reason=reason,
-        )  # fmt: skip
+            name, version, kind=kind, **staging.settings(), actor=actor, reason=reason
+        )
     control = f"v{exp.control.version}" if exp.control.version is not None else "nothing"
     console.print(
         f"started {exp.id}: {kind}/{name} v{version} vs {control}, stages "
-        f"{', '.join(f'{s:.0%}' for s in exp.stages)}, dwell {min_dwell_s:g} s",
+        f"{', '.join(f'{s:.0%}' for s in exp.stages)}, dwell {exp.min_dwell_s:g} s",
         markup=False,
     )
 

@@ -15,6 +15,7 @@ import math
 import os
 import typing
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -25,6 +26,7 @@ from evoharness.harness.errors import ConfigError
 __all__ = [
     "HOME",
     "REGISTRY",
+    "STAGED",
     "TRACE_DB",
     "ActorOption",
     "ApiKeyEnvOption",
@@ -38,6 +40,7 @@ __all__ = [
     "ReasonOption",
     "RegistryOption",
     "StagesOption",
+    "Staging",
     "TagOption",
     "TaskLimitOption",
     "ToleranceOption",
@@ -46,6 +49,7 @@ __all__ = [
     "finite_numbers",
     "grouped",
     "non_empty",
+    "rollout_options",
 ]
 
 R = TypeVar("R")
@@ -121,6 +125,43 @@ ToleranceOption = Annotated[
         "(tokens, latency_s: relative to the control; rates: absolute).",
     ),
 ]
+
+
+@dataclass(frozen=True)
+class Staging:
+    """A rollout's settings as ``--stages``, ``--min-dwell-s`` and ``--tolerance`` gave
+    them, parsed and checked (:func:`rollout_options`)."""
+
+    stages: tuple[float, ...] = (0.1, 0.3, 1.0)
+    min_dwell_s: float = 3600.0
+    tolerances: dict[str, float] = field(default_factory=dict)
+
+    def settings(self) -> dict[str, Any]:
+        """As keyword arguments: ``RolloutController.start``, ``Promotion``,
+        ``PromptLayerConfig`` take them by these names."""
+        return {
+            "stages": self.stages,
+            "min_dwell_s": self.min_dwell_s,
+            "tolerances": dict(self.tolerances),
+        }
+
+
+STAGED = Staging()
+"""The default of a command's ``staging`` parameter (typer never reads it: the options of
+:func:`rollout_options` stand in its place)."""
+
+
+def rollout_options(
+    stages: StagesOption = "0.1,0.3,1.0",
+    min_dwell_s: MinDwellOption = 3600.0,
+    tolerance: ToleranceOption = None,
+) -> Staging:
+    """The options of every command that starts a rollout, one group (``grouped("staging",
+    rollout_options)``): checked here, before the command does any work."""
+    from evoharness.sdk.rollout import parse_stages, parse_tolerances
+
+    return Staging(tuple(parse_stages(stages)), min_dwell_s, parse_tolerances(tolerance or []))
+
 
 # -- label moves (audited) ------------------------------------------------------------------
 LabelOption = Annotated[str, typer.Option(help="The label to move")]

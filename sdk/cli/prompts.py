@@ -25,13 +25,14 @@ from evoharness.sdk.cli import registry as registry_cli
 from evoharness.sdk.cli.console import console
 from evoharness.sdk.cli.options import (
     REGISTRY,
+    STAGED,
     ActorOption,
-    MinDwellOption,
     PromptsInLangfuseOption,
     ReasonOption,
     RegistryOption,
-    StagesOption,
-    ToleranceOption,
+    Staging,
+    grouped,
+    rollout_options,
 )
 from evoharness.sdk.cli.stores import trace_store
 
@@ -213,35 +214,27 @@ def create(
 
 
 @app.command("rollout")
+@grouped("staging", rollout_options)
 def rollout(
     name: str,
     version: Annotated[int, typer.Argument(min=1, help="The candidate version")],
-    stages: StagesOption = "0.1,0.3,1.0",
-    min_dwell_s: MinDwellOption = 3600.0,
-    tolerance: ToleranceOption = None,
+    staging: Staging = STAGED,
     reason: ReasonOption = "",
     actor: ActorOption = USER,
     registry: RegistryOption = REGISTRY,
     langfuse: PromptsInLangfuseOption = False,
 ) -> None:
     """Start a staged rollout of VERSION against the active version."""
-    from evoharness.sdk.rollout import RolloutController, parse_stages, parse_tolerances
+    from evoharness.sdk.rollout import RolloutController
 
-    traffic, tolerances = parse_stages(stages), parse_tolerances(tolerance or [])
     with _open(registry, langfuse) as (reg, store):
         exp = RolloutController(reg, store).start(
-            name,
-            version,
-            stages=traffic,
-            min_dwell_s=min_dwell_s,
-            tolerances=tolerances,
-            actor=actor,
-            reason=reason,
+            name, version, **staging.settings(), actor=actor, reason=reason
         )
     tol = ", ".join(f"{k} {v:g}" for k, v in exp.tolerances.items()) or "the engine's"
     console.print(
         f"started {exp.id}: v{version} vs control v{exp.control.version}, "
-        f"stages {', '.join(f'{s:.0%}' for s in exp.stages)}, dwell {min_dwell_s:g} s, "
+        f"stages {', '.join(f'{s:.0%}' for s in exp.stages)}, dwell {exp.min_dwell_s:g} s, "
         f"tolerances {tol}",
         markup=False,
     )

@@ -22,7 +22,12 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from langchain.agents.middleware import AgentMiddleware, ModelRequest
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+)
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -444,6 +449,15 @@ class ContextMiddleware(ModelCallSteps, AgentMiddleware[ContextState, Any, Any])
         previous = (state.get("working_memory") or {}).get("stable_history_summary", "")
         return update, plan, previous
 
+    def wants(self, slot: str) -> bool:
+        """Whether a composition needs this middleware's ``slot``: ``before_model`` only with
+        a summarizer (a summary rewrites the history before the call). Without one, the
+        model-call wrapper updates the task state (:meth:`_model_call`), so a composed
+        harness runs no ``before_model`` graph node for context engineering; measured on the
+        tool workload of ``evoharness bench overhead --peers``, that node cost as much as
+        the rest of the middleware together."""
+        return slot != "before_model" or self.summarizer is not None
+
     def _before(self, state: ContextState) -> Generator[ModelAsk, AIMessage, dict[str, Any] | None]:
         """The before_model update as steps (the summary's model call is the one step)."""
         update, plan, previous = self._plan(state)
@@ -581,12 +595,21 @@ class ContextMiddleware(ModelCallSteps, AgentMiddleware[ContextState, Any, Any])
     def _model_call(self, request: ModelRequest[Any]) -> ModelCall:
         """The model call as steps: the windowed request, and on failure one retry. Run by the
         sync and async wrap hooks of :class:`~evoharness.harness._steps.ModelCallSteps`."""
+        # the task state, when before_model did not update it (a composition without a
+        # summarizer skips that node, see wants): found here, applied with the response
+        task = self._task_update(cast(dict[str, Any], request.state))
         built = self.window(request)
         self._measure(built)
         try:
-            return (yield built)
+            response = yield built
         except Exception as exc:  # a context overflow: compress and retry once
-            return (yield self._overflow_retry(built, exc))
+            response = yield self._overflow_retry(built, exc)
+        if task is None:
+            return response
+        command: Command[Any] = Command(update={"task_state": task})
+        return cast(
+            ModelResponse[Any], ExtendedModelResponse(model_response=response, command=command)
+        )
 
     # -- tool results: L2 compaction, L0 offload -------------------------------------------
     def shrink(self, name: str, result: ToolResult) -> ToolResult:

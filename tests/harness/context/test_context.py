@@ -370,3 +370,50 @@ def test_model_backed_compaction_judgement(tmp_path: Path) -> None:
         "compact",
         "keep",
     ]
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_composed_without_summarizer_has_no_before_model_node_same_state(
+    tmp_path: Path, mode: str
+) -> None:
+    """Without a summarizer a composition runs no before_model node for context engineering
+    (the model-call wrapper updates the task state); the task state and the events are
+    those of the middleware listed on its own, which keeps the node."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from evoharness.harness.compose import ComposedMiddleware
+
+    def session(composed: bool) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], Any]:
+        log = EventLog()
+        mw = ContextMiddleware(ContextConfig(), cold_dir=tmp_path / str(composed), events=log)
+        model = ScriptedChatModel(script=[call(1), call(2), "ok", call(3), "done"])
+        agent = create_agent(
+            model,
+            [search],
+            middleware=[ComposedMiddleware([mw])] if composed else [mw],
+            checkpointer=InMemorySaver(),
+        )
+        config: Any = {"configurable": {"thread_id": "t"}}
+        for text in (REQUEST, "Actually my budget is now 900 CNY."):
+            payload = {"messages": [HumanMessage(text)]}
+            if mode == "invoke":
+                agent.invoke(payload, config)
+            else:
+                asyncio.run(agent.ainvoke(payload, config))
+        values = agent.get_state(config).values
+        seen = [
+            (e.kind, {k: v for k, v in e.data.items() if k not in ("session", "ref")})
+            for e in log.events
+        ]
+        return values, seen, agent
+
+    alone, alone_events, alone_agent = session(composed=False)
+    fused, fused_events, fused_agent = session(composed=True)
+    assert any("before_model" in n for n in alone_agent.get_graph().nodes)
+    assert not any("before_model" in n for n in fused_agent.get_graph().nodes)
+    assert fused["task_state"] == alone["task_state"]
+    assert fused["task_state"]["restated"] == ["budget"]
+    assert fused["task_state"]["constraints"]["budget"] == "Actually my budget is now 900 CNY."
+    assert fused_events == alone_events
+    assert [k for k, _ in fused_events].count("constraints_updated") == 1
+    assert [m.content for m in fused["messages"]] == [m.content for m in alone["messages"]]

@@ -400,7 +400,6 @@ ROLE: dict[str, tuple[str, ...]] = {
     "--results": STORE,
     "--eval-db": STORE,
     "--replay-db": STORE,
-    "--memory": READ_STORE,
     "--file": IN_TEXT,
     "--layers": IN_JSON,
     "--datasets": MANIFESTS,

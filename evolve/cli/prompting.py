@@ -44,19 +44,38 @@ app = typer.Typer(
 Prompt = Annotated[str | None, typer.Option(help="Prompt name (default: the environment's)")]
 Results = Annotated[Path, typer.Option(help="Resumable store of finished evaluation runs")]
 Memory = Annotated[
-    Path | None,
-    typer.Option(exists=True, dir_okay=False, help="Memory store injected into every run"),
+    str | None,
+    typer.Option(
+        metavar="NAME",
+        help="Serve memory/NAME's active snapshot (in --registry) to every run, both arms",
+    ),
 ]
 ValSplit = Annotated[str, typer.Option(help="Frozen validation split")]
 GuardSplit = Annotated[str, typer.Option(help="Guard split (no P0 regression allowed)")]
 Seed = Annotated[int, typer.Option(help="Environment seed (the same faults for both arms)")]
 
 
-def _stores(*, db: Path, eval_db: Path | None, memory: Path | None) -> None:
+def _stores(*, db: Path, eval_db: Path | None) -> None:
     """The stores the evaluation opens later, checked before any work: SQLite files or
-    none yet (the memory store must exist)."""
-    for option, path in (("--db", db), ("--eval-db", eval_db), ("--memory", memory)):
+    none yet."""
+    for option, path in (("--db", db), ("--eval-db", eval_db)):
         sqlite_file(option, path)
+
+
+def _memory(registry: Any, name: str | None) -> Any:
+    """The pinned snapshot of ``--memory NAME`` (``None`` without the option)."""
+    from evoharness.evolve.prompting.evaluation import pin_memory
+
+    if name is None:
+        return None
+    pin = pin_memory(registry, name)
+    if pin is None:
+        raise ConfigError(
+            f"--memory {name}: memory/{name} has no active snapshot in the registry (run "
+            "evoharness evolve cycle first, or pass the --registry it published to)",
+            field="memory",
+        )
+    return pin
 
 
 def _options(seed: int) -> dict[str, Any]:
@@ -174,7 +193,7 @@ def propose(
     from evoharness.sdk.registry import open_registry
     from evoharness.sdk.session import PROMPT
 
-    _stores(db=db, eval_db=eval_db, memory=memory)
+    _stores(db=db, eval_db=eval_db)
     if search not in ("gepa", "direct"):
         raise ConfigError(f"unknown --search {search!r}; use gepa or direct", field="search")
     if model is not None and not model.strip():
@@ -219,7 +238,7 @@ def propose(
             reflection_model=chat,
             env_options=_options(seed),
             trace_db=eval_db or eval_store_path(db),
-            memory_db=memory,
+            memory=_memory(reg, memory),
             decided=prompt_clusters(decisions) if decisions else None,
             config=PromptLayerConfig(search=search, search_budget=budget, **staging.settings()),
             evaluate=evaluate,
@@ -264,7 +283,7 @@ def evaluate(
     from evoharness.sdk.prompts import RegistryPromptStore
     from evoharness.sdk.registry import open_registry
 
-    _stores(db=db, eval_db=eval_db, memory=memory)
+    _stores(db=db, eval_db=eval_db)
     with console.status(f"loading environment {env}"):
         load_plugin(env)  # a broken --env is refused before the registry is read
     name = prompt or env
@@ -278,7 +297,7 @@ def evaluate(
             opened("--results", results, EvalResults),
             env_options=_options(seed),
             trace_db=eval_db or eval_store_path(db),
-            memory_db=memory,
+            memory=_memory(reg, memory),
             alpha=alpha,
         )
         paired = ev.run(

@@ -25,9 +25,11 @@ from evoharness.evolve.judging.jobs import judge_episodes
 from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.prompting.evaluation import (
     EvalResults,
+    MemoryPin,
     PairedEvaluation,
     PairedReport,
     close_worker_caches,
+    pin_memory,
     worker_trace_store,
 )
 from evoharness.evolve.prompting.layer import (
@@ -164,12 +166,10 @@ def run_prompt_demo(
     test_ids = _split_ids(world, "test", test_limit)
     registry = open_registry(workdir / "registry.db")
     active = ensure_prompt(registry, env, world.system_prompt())
-    memory_db = workdir / "memory.db"
+    learned = pin_memory(registry, plugin.name)  # the snapshot the cycle activated
     traces = eval_store_path(workdir / "traces.db")  # offline runs: their own store
     results = EvalResults(workdir / "prompt-eval.db")
-    evaluation = PairedEvaluation(
-        env, results, executor=executor, trace_db=traces, memory_db=memory_db
-    )
+    evaluation = PairedEvaluation(env, results, executor=executor, trace_db=traces, memory=learned)
 
     # 1. what memory did not fix: the search set re-run with memory, judged and routed
     say(f"re-running {len(search_ids)} train tasks with memory: what did memory not fix?")
@@ -182,7 +182,7 @@ def run_prompt_demo(
     say("prompt layer after memory: cluster, propose (GEPA, SIMULATED reflector), gate")
     cfg = config or PromptLayerConfig(min_dwell_s=1800, rollout_salt="prompt-demo-0")
 
-    def layer_run(pkgs: list[dict[str, Any]], memory: Path | None) -> PromptLayerReport:
+    def layer_run(pkgs: list[dict[str, Any]], memory: MemoryPin | None) -> PromptLayerReport:
         return run_prompt_layer(
             registry=registry,
             prompt=env,
@@ -194,15 +194,15 @@ def run_prompt_demo(
             reflector=SimulatedReflector(),
             executor=executor,
             trace_db=traces,
-            memory_db=memory,
+            memory=memory,
             config=cfg,
         )
 
-    def measure(memory: Path | None, split: str, ids: list[str]) -> float:
-        ev = PairedEvaluation(env, results, executor=executor, trace_db=traces, memory_db=memory)
+    def measure(memory: MemoryPin | None, split: str, ids: list[str]) -> float:
+        ev = PairedEvaluation(env, results, executor=executor, trace_db=traces, memory=memory)
         return ev.run(env, base, base, val=(split, ids)).val.control_success
 
-    layer = layer_run(packages, memory_db)
+    layer = layer_run(packages, learned)
     phases = {p.label: p.report.success_rate for p in demo.phases}
     steps = [
         StepNumbers(
@@ -211,12 +211,12 @@ def run_prompt_demo(
         StepNumbers(
             step="harnessed + memory",
             val=phases.get("harnessed + learned"),
-            test=measure(memory_db, "test", test_ids),
+            test=measure(learned, "test", test_ids),
         ),
     ]
     result = PromptDemoResult(steps=steps, layer=layer, base=demo)
     steps = result.steps  # pydantic copied the list: append to the result's own
-    used_memory: Path | None = memory_db
+    used_memory: MemoryPin | None = learned
     if layer.accepted is None:
         spent = layer.rollouts
         steps.append(
@@ -263,7 +263,7 @@ def run_prompt_demo(
     say(f"test split: active v{active.version} vs candidate v{accepted.version} (report only)")
     cand = RolloutController(registry).prompts.get(env, accepted.version)
     test = PairedEvaluation(
-        env, results, executor=executor, trace_db=traces, memory_db=used_memory
+        env, results, executor=executor, trace_db=traces, memory=used_memory
     ).run(env, base, (cand.version, cand.render()), val=("test", test_ids))
     result.test = test
     steps[-1].test = test.val.candidate_success

@@ -35,16 +35,54 @@ from evoharness.sdk.sqlite import open_sqlite
 __all__ = [
     "EvalItem",
     "EvalResults",
+    "MemoryPin",
     "PairedEvaluation",
     "PairedReport",
     "RunRecord",
     "SplitComparison",
     "close_worker_caches",
     "mcnemar_exact",
+    "pin_memory",
     "run_item",
 ]
 
 Arm = Literal["control", "candidate"]
+
+
+class MemoryPin(BaseModel):
+    """The memory snapshot both arms are served through the session door: ``memory/<name>``
+    version ``version`` of the registry at ``registry`` (a path or a PostgreSQL URL)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    registry: str
+    name: str
+    version: int
+
+
+def pin_memory(registry: Any, name: str, *, label: str = "active") -> MemoryPin | None:
+    """The snapshot ``label`` of ``memory/<name>`` points at now, pinned for an evaluation
+    (``None``: nothing published yet). ``registry`` is a path or URL, or a
+    :class:`~evoharness.sdk.registry.Registry` opened from a file or PostgreSQL (worker
+    processes open it again from there).
+
+    Raises:
+        ConfigError: An in-memory registry (workers could not open it).
+    """
+    from evoharness.sdk.memory import MEMORY
+    from evoharness.sdk.registry import open_registry
+
+    if isinstance(registry, str | Path):
+        with open_registry(registry) as opened:
+            return pin_memory(opened, name, label=label)
+    where = getattr(registry, "url", None) or getattr(registry, "path", None)
+    if not isinstance(where, str | Path) or str(where) == ":memory:":
+        raise ConfigError(
+            "pin_memory needs a registry in a file or PostgreSQL (evaluation workers open it)",
+            field="registry",
+        )
+    version = registry.labels(MEMORY, name).get(label)
+    return MemoryPin(registry=str(where), name=name, version=version) if version else None
 
 
 class EvalItem(BaseModel):
@@ -64,7 +102,8 @@ class EvalItem(BaseModel):
             tagged with it.
         trace_db: Trace store the run is recorded into (``None``: untraced); an offline
             run either way (tagged ``evoharness.offline``).
-        memory_db: Memory store whose entries are injected (the same for both arms).
+        memory: The memory snapshot served through the session door (the same for both
+            arms; recorded on each run's trace as ``memory/<name>``).
         harness: Run with the environment's harness middleware.
         max_model_calls: Step limit per run.
     """
@@ -82,7 +121,7 @@ class EvalItem(BaseModel):
     eval_id: str
     candidate_ref: str
     trace_db: str | None = None
-    memory_db: str | None = None
+    memory: MemoryPin | None = None
     harness: bool = True
     max_model_calls: int = 40
 
@@ -107,6 +146,7 @@ class RunRecord(BaseModel):
 _CACHE_LOCK = threading.Lock()
 _ENVS: dict[str, Any] = {}
 _STORES: dict[str, Any] = {}
+_REGISTRIES: dict[str, Any] = {}
 
 
 def _runtime(item: EvalItem) -> tuple[Any, frozenset[str]]:
@@ -114,17 +154,12 @@ def _runtime(item: EvalItem) -> tuple[Any, frozenset[str]]:
     from evoharness.evolve.environment import load_plugin, runtime_of
     from evoharness.evolve.judging.rubric import BASE_ITEMS
 
-    key = json.dumps([item.env, item.env_options, item.memory_db], sort_keys=True, default=str)
+    key = json.dumps([item.env, item.env_options], sort_keys=True, default=str)
     with _CACHE_LOCK:
         hit = _ENVS.get(key)
         if hit is None:
             plugin = load_plugin(item.env)
-            options = dict(item.env_options)
-            if item.memory_db is not None:
-                from evoharness.sdk.memory import MemoryStore, memory_provider
-
-                options["references"] = memory_provider(MemoryStore(item.memory_db))
-            env = runtime_of(plugin, **options)
+            env = runtime_of(plugin, **item.env_options)
             p0 = {i.id for i in BASE_ITEMS if i.priority == "P0"}
             p0 |= {i.id for i in plugin.rubric_items("") if i.priority == "P0"}
             p0 |= {
@@ -135,6 +170,19 @@ def _runtime(item: EvalItem) -> tuple[Any, frozenset[str]]:
             }
             hit = _ENVS[key] = (env, frozenset(p0))
         return hit
+
+
+def _memory_source(pin: MemoryPin) -> Any:
+    """The session source serving ``pin`` (its registry opened once per process)."""
+    from evoharness.evolve.promotion import fixed_source
+    from evoharness.sdk.memory import MEMORY
+    from evoharness.sdk.registry import open_registry
+
+    with _CACHE_LOCK:
+        registry = _REGISTRIES.get(pin.registry)
+        if registry is None:
+            registry = _REGISTRIES[pin.registry] = open_registry(pin.registry)
+    return fixed_source(registry, MEMORY, pin.name, pin.version)
 
 
 def worker_trace_store(path: str) -> Any:
@@ -152,9 +200,10 @@ def worker_trace_store(path: str) -> Any:
 def close_worker_caches() -> None:
     """Close the trace stores and drop the environments this process cached."""
     with _CACHE_LOCK:
-        for s in _STORES.values():
+        for s in [*_STORES.values(), *_REGISTRIES.values()]:
             s.close()
         _STORES.clear()
+        _REGISTRIES.clear()
         _ENVS.clear()
 
 
@@ -220,6 +269,7 @@ def run_item(item: EvalItem) -> RunRecord:
             max_model_calls=item.max_model_calls,
             tracer=tracer,
             run_info=info,
+            artifacts=[_memory_source(item.memory)] if item.memory is not None else (),
         )
     )
     if store is not None:
@@ -365,7 +415,7 @@ class PairedEvaluation:
         env_options: Options of the run side; both arms get the same ones (same seed,
             same faults).
         trace_db: Trace store for the runs.
-        memory_db: Memory injected into both arms.
+        memory: The memory snapshot both arms are served (:func:`pin_memory`).
         alpha: Significance level of the one-sided exact McNemar test.
         reject_val_p0: Also reject on a P0 regression on the validation split.
     """
@@ -378,7 +428,7 @@ class PairedEvaluation:
         executor: Any = None,
         env_options: dict[str, Any] | None = None,
         trace_db: Path | str | None = None,
-        memory_db: Path | str | None = None,
+        memory: MemoryPin | None = None,
         alpha: float = 0.05,
         reject_val_p0: bool = True,
         harness: bool = True,
@@ -391,7 +441,7 @@ class PairedEvaluation:
         self._own: Any = None
         self.env_options = dict(env_options or {})
         self.trace_db = str(trace_db) if trace_db is not None else None
-        self.memory_db = str(memory_db) if memory_db is not None else None
+        self.memory = memory
         self.alpha = alpha
         self.reject_val_p0 = reject_val_p0
         self.harness = harness
@@ -425,7 +475,7 @@ class PairedEvaluation:
             [
                 self.env,
                 self.env_options,
-                self.memory_db,
+                self.memory.model_dump() if self.memory is not None else None,
                 self.harness,
                 prompt,
                 control,
@@ -466,7 +516,7 @@ class PairedEvaluation:
                             eval_id=eval_id,
                             candidate_ref=ref,
                             trace_db=self.trace_db,
-                            memory_db=self.memory_db,
+                            memory=self.memory,
                             harness=self.harness,
                         )
                     )

@@ -20,7 +20,12 @@ from evoharness.evolve.environment import lesson_hints_of, load_plugin, runtime_
 from evoharness.evolve.judging.rubric import BASE_ITEMS
 from evoharness.evolve.prompting.clusters import BadCaseCluster, cluster_bad_cases
 from evoharness.evolve.prompting.edits import append_rules, template_from_text
-from evoharness.evolve.prompting.evaluation import EvalResults, PairedEvaluation, PairedReport
+from evoharness.evolve.prompting.evaluation import (
+    EvalResults,
+    MemoryPin,
+    PairedEvaluation,
+    PairedReport,
+)
 from evoharness.evolve.prompting.gates import (
     PROPOSAL_KIND,
     GateConfig,
@@ -200,7 +205,7 @@ def run_prompt_layer(
     executor: Any = None,
     env_options: dict[str, Any] | None = None,
     trace_db: Path | str | None = None,
-    memory_db: Path | str | None = None,
+    memory: MemoryPin | None = None,
     fixed_items: Collection[str] = (),
     decided: Collection[tuple[str, str]] | None = None,
     config: PromptLayerConfig | None = None,
@@ -230,7 +235,8 @@ def run_prompt_layer(
         trace_db: Trace store for every search and evaluation run (offline runs, tagged
             ``evoharness.offline``; keep them out of the app's store, e.g.
             ``eval_store_path(app_db)``, as the CLI does).
-        memory_db: Memory injected into every run (the layer runs after memory).
+        memory: The memory snapshot every run is served through the session door (the
+            layer runs after memory; :func:`~evoharness.evolve.prompting.evaluation.pin_memory`).
         fixed_items: Rubric items memory already fixed (their clusters are skipped).
         decided: ``(item, pattern)`` of the clusters the cycle's cheapest-layer routing
             decided for the prompt layer (:func:`~evoharness.evolve.routing.layers.
@@ -310,7 +316,7 @@ def run_prompt_layer(
         executor=executor,
         env_options=env_options,
         trace_db=trace_db,
-        memory_db=memory_db,
+        memory=memory,
         alpha=cfg.alpha,
     )
     try:
@@ -319,7 +325,7 @@ def run_prompt_layer(
             env=env, prompt=prompt, val=val, guard=guard, search_split=search_split,
             reflector=reflector,
             reflection_model=reflection_model, env_options=env_options, trace_db=trace_db,
-            memory_db=memory_db, actor=actor, now=now, evaluate=evaluate, started=started,
+            memory=memory, actor=actor, now=now, evaluate=evaluate, started=started,
         )  # fmt: skip
     finally:
         evaluation.close()
@@ -421,7 +427,7 @@ def _propose_all(
     reflection_model: Any,
     env_options: dict[str, Any] | None,
     trace_db: Path | str | None,
-    memory_db: Path | str | None,
+    memory: MemoryPin | None,
     actor: str,
     now: float | None,
     evaluate: bool,
@@ -452,7 +458,7 @@ def _propose_all(
                 reflector=reflector,
                 env_options=env_options,
                 trace_db=str(trace_db) if trace_db else None,
-                memory_db=str(memory_db) if memory_db else None,
+                memory=memory,
             )
             if tasks:
                 found = gepa_search(

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from evoharness.evolve.prompting.clusters import BadCase
 from evoharness.evolve.prompting.edits import append_rules
-from evoharness.evolve.prompting.evaluation import EvalItem, RunRecord, run_item
+from evoharness.evolve.prompting.evaluation import EvalItem, MemoryPin, RunRecord, run_item
 from evoharness.evolve.prompting.reflect import Reflector, parse_rules
 from evoharness.harness.errors import ConfigError
 from evoharness.sdk.prompts import PromptTemplate
@@ -88,7 +88,7 @@ class HarnessGEPAAdapter:
             of a reflection LM (the SIMULATED reflector offline).
         env_options: The run side's options (same as the paired evaluation's).
         trace_db: Trace store for the search runs.
-        memory_db: Memory injected into the runs.
+        memory: The memory snapshot the runs are served.
     """
 
     def __init__(
@@ -103,7 +103,7 @@ class HarnessGEPAAdapter:
         reflector: Reflector | None = None,
         env_options: dict[str, Any] | None = None,
         trace_db: str | None = None,
-        memory_db: str | None = None,
+        memory: MemoryPin | None = None,
     ) -> None:
         self.env = env
         self.prompt = prompt
@@ -114,7 +114,7 @@ class HarnessGEPAAdapter:
         self.reflector = reflector
         self.env_options = dict(env_options or {})
         self.trace_db = trace_db
-        self.memory_db = memory_db
+        self.memory = memory
         self.rollouts = 0
         # GEPA uses the adapter's own proposer when this attribute is set.
         self.propose_new_texts: Any = self._propose if reflector is not None else None
@@ -144,7 +144,7 @@ class HarnessGEPAAdapter:
                 eval_id=f"search-{tag}",
                 candidate_ref=f"prompt/{self.prompt}@search-{tag}",
                 trace_db=self.trace_db,
-                memory_db=self.memory_db,
+                memory=self.memory,
             )
             for t in batch
         ]

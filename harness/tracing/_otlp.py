@@ -102,6 +102,12 @@ def _string_prefix(tag: bytes, key: str, n: int, by_key: dict[str, dict[int, byt
     return prefix
 
 
+_TAIL_ROOT = _EMPTY_STATUS + b"\x85\x01" + _pack_u32(_FLAGS_ROOT)  # status; flags = 16
+_TAIL_CHILD = _EMPTY_STATUS + b"\x85\x01" + _pack_u32(_FLAGS_REMOTE_PARENT)
+_pack_kind_times = struct.Struct("<HBQBQ").pack  # kind = 6, start = 7, end = 8 (fixed64)
+_KIND_INTERNAL = 0x0130  # the bytes 30 01 (field 6, SPAN_KIND_INTERNAL), little-endian
+
+
 def span(
     trace_id: str,
     span_id: str,
@@ -112,20 +118,24 @@ def span(
     attrs: Mapping[str, Any],
 ) -> bytes:
     """One ``Span`` message (ids as hex), INTERNAL, status unset, as the SDK encodes it."""
-    parts = [b"\x0a\x10", bytes.fromhex(trace_id), b"\x12\x08", bytes.fromhex(span_id)]
+    # trace_id = 1, span_id = 2 (16 and 8 bytes), parent_span_id = 4: one hex decode
     if parent_id:
-        parts += (b"\x22\x08", bytes.fromhex(parent_id))  # parent_span_id = 4
+        parts = [bytes.fromhex(f"0a10{trace_id}1208{span_id}2208{parent_id}")]
+    else:
+        parts = [bytes.fromhex(f"0a10{trace_id}1208{span_id}")]
     if name:
         data = name.encode()
-        parts += (b"\x2a", varint(len(data)), data)  # name = 5
-    parts.append(b"\x30\x01")  # kind = 6: SPAN_KIND_INTERNAL
-    if start_ns:
-        parts += (b"\x39", _pack_u64(start_ns))  # start_time_unix_nano = 7 (fixed64)
-    if end_ns:
-        parts += (b"\x41", _pack_u64(end_ns))  # end_time_unix_nano = 8 (fixed64)
+        parts += (b"\x2a" + varint(len(data)), data)  # name = 5
+    if start_ns and end_ns:
+        parts.append(_pack_kind_times(_KIND_INTERNAL, 0x39, start_ns, 0x41, end_ns))
+    else:
+        parts.append(b"\x30\x01")  # kind = 6: SPAN_KIND_INTERNAL
+        if start_ns:
+            parts += (b"\x39", _pack_u64(start_ns))  # start_time_unix_nano = 7 (fixed64)
+        if end_ns:
+            parts += (b"\x41", _pack_u64(end_ns))  # end_time_unix_nano = 8 (fixed64)
     _key_values(attrs, b"\x4a", parts)  # attributes = 9
-    parts += (_EMPTY_STATUS, b"\x85\x01")  # status = 15; flags = 16 (fixed32)
-    parts.append(_pack_u32(_FLAGS_REMOTE_PARENT if parent_id else _FLAGS_ROOT))
+    parts.append(_TAIL_CHILD if parent_id else _TAIL_ROOT)
     return b"".join(parts)
 
 

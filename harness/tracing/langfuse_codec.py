@@ -79,12 +79,15 @@ NATIVE_SCORE_FIELDS = frozenset(
 
 _EXTRA_FIELDS = frozenset(Observation.model_fields) - NATIVE_OBSERVATION_FIELDS
 _OBSERVATION_FIELDS = list(Observation.model_fields)  # a stored row's keys, in order
-_EXTRA_IN_ORDER = tuple(f for f in _OBSERVATION_FIELDS if f in _EXTRA_FIELDS)
-_extra_values: Callable[[dict[str, Any]], tuple[Any, ...]] = (
-    operator.itemgetter(*_EXTRA_IN_ORDER)
-    if len(_EXTRA_IN_ORDER) > 1
-    else lambda row: tuple(row[k] for k in _EXTRA_IN_ORDER)
+_EXTRA_IN_ORDER = (
+    *(f for f in _OBSERVATION_FIELDS if f in _EXTRA_FIELDS),
+    "start_time",  # Langfuse keeps times to the microsecond: the exact floats travel along
+    "end_time",
 )
+_extra_values = operator.itemgetter(*_EXTRA_IN_ORDER)
+_row_keys = [_OBSERVATION_FIELDS]
+"""The writer's row layout as the last matching row held it: the same key objects (the
+decoder reuses them), so comparing a row's keys compares pointers."""
 _SOURCES = {"human": "ANNOTATION"}  # everything else is "API"; our source goes in metadata
 _SKIP_TRACE_META = frozenset({"id", "input", "output", "metadata", *NATIVE_TRACE_ATTRIBUTES})
 
@@ -191,12 +194,27 @@ def span_attributes(
         environment: Fallback environment when the trace has none.
         encode: The JSON encoder (:func:`strict_dumps` for rows holding ``NaN``).
     """
+    if encode is dumps:  # orjson called directly, the whole span again if it refuses a value
+        try:
+            return _attributes(obs, trace, attrs, environment, orjson.dumps)
+        except TypeError:  # orjson.JSONEncodeError: value by value, as dumps does
+            pass
+    return _attributes(obs, trace, attrs, environment, encode)
+
+
+def _attributes(
+    obs: dict[str, Any],
+    trace: dict[str, Any] | None,
+    attrs: Any,
+    environment: str | None,
+    encode: Callable[[Any], bytes],
+) -> dict[str, Any]:
     names = _NAMES.get(attrs) or _names(attrs)
     get = obs.get
     out: dict[str, Any] = {names.type: obs["type"], names.level: obs["level"]}
     value = get("input")
-    if value is not None:
-        out[names.input] = encode(value)
+    if value is not None:  # a generation's: the stored message bodies, joined
+        out[names.input] = value.text() if type(value) is JsonArray else encode(value)
     value = get("output")
     if value is not None:
         out[names.output] = encode(value)
@@ -214,12 +232,14 @@ def span_attributes(
         if usage.get("cached_input_tokens"):
             details["input_cached_tokens"] = usage["cached_input_tokens"]
         out[names.usage_details] = encode(details)
-    if list(obs) == _OBSERVATION_FIELDS:  # the writer's rows: the extra fields by position
+    keys = list(obs)
+    if keys == _row_keys[0]:  # the writer's rows: the extra fields (and times) by position
+        _row_keys[0] = keys
         extra = dict(zip(_EXTRA_IN_ORDER, _extra_values(obs), strict=True))
     else:  # an older or hand-made row: the extra fields it has, in its order
         extra = {k: v for k, v in obs.items() if k in _EXTRA_FIELDS}
-    # Langfuse keeps times to the microsecond: the exact floats travel along
-    extra["start_time"], extra["end_time"] = get("start_time"), get("end_time")
+        # Langfuse keeps times to the microsecond: the exact floats travel along
+        extra["start_time"], extra["end_time"] = get("start_time"), get("end_time")
     prefix = names.metadata_prefix
     meta = get("metadata")
     in_meta = False  # a row's own entry of that name is replaced, in its place

@@ -45,7 +45,7 @@ from typing import Any
 
 from evoharness.harness.errors import ConfigError, MissingExtraError
 from evoharness.harness.tracing import _otlp
-from evoharness.harness.tracing._reads import ExportRows, loads
+from evoharness.harness.tracing._reads import ExportRows, every_trace, loads
 from evoharness.harness.tracing._tables import connect
 from evoharness.harness.tracing.ids import root_span_id
 from evoharness.harness.tracing.langfuse_codec import (
@@ -330,7 +330,7 @@ class LangfuseExporter:
                 self.batch_size,
                 running_started_before=now - self.stale_after_s,
                 root_of=root_span_id,
-                wanted=self.sampled,
+                wanted=self.sampled if self.sample_rate < 1.0 else every_trace,
             )
             ok, cycle.error = self._send(self._spans(rows, now, sent_obs, sent_traces))
             cycle.spans_sent = len(sent_obs) + len(sent_traces)
@@ -365,11 +365,18 @@ class LangfuseExporter:
         spans only); records each in ``sent_obs`` / ``sent_traces`` as it is handed out."""
         exotic = rows.exotic
         trace_rows = {tid: self._as_model(t, exotic) for tid, t in rows.trace_rows.items()}
-        for obs, updated in rows.observations:
-            tid = obs["trace_id"]
-            encode = strict_dumps if obs["id"] in exotic or tid in exotic else dumps
-            sent_obs.append((obs["id"], updated))
-            yield obs["id"], self._span(obs, trace_rows.get(tid), encode)
+        names, env, span = self._attrs, self.environment, _otlp.span
+        for obs, updated in rows.observations:  # self._span inlined: this runs per row
+            oid, tid = obs["id"], obs["trace_id"]
+            encode = strict_dumps if exotic and (oid in exotic or tid in exotic) else dumps
+            sent_obs.append((oid, updated))
+            attrs = span_attributes(obs, trace_rows.get(tid), names, environment=env, encode=encode)
+            start = obs["start_time"]
+            end = obs.get("end_time") or start
+            yield (
+                oid,
+                span(tid, oid, obs.get("parent_id"), obs["name"], _ns(start), _ns(end), attrs),
+            )
         in_batch = {o["id"] for o, _ in rows.observations}
         for trace, updated in rows.traces:
             running = trace["status"] == "running"

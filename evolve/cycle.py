@@ -119,6 +119,7 @@ async def run_cycle(
     concurrency: int = 8,
     now: float | None = None,
     on_progress: Callable[[str, str], None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
     rejudge: bool = False,
     owns: Callable[[Episode], bool] | None = None,
     since_last: str | None = None,
@@ -146,10 +147,12 @@ async def run_cycle(
     (the library's default, which benchmarks and the demo rely on) they are activated at
     once; ``evoharness evolve cycle`` proves them unless told ``--activate``.
 
-    With ``skills`` the batch's judged episodes are distilled into skills, published as a
-    new version of ``skills/<skills.name>`` (proven like memory with ``promotion``, active
-    at once without), and the memory strategies of the case patterns they cover are retired
-    in the same cycle's memory snapshot (lessons stay).
+    With ``skills`` the batch's judged episodes are distilled into skills and the active
+    skill set updated with them is published as a new version of ``skills/<skills.name>``
+    (proven like memory with ``promotion``, first, with the cost rule; active at once
+    without); the memory strategies of the case patterns the active set covers are retired
+    in the same cycle's memory snapshot, and brought back when it no longer covers them
+    (lessons stay). ``on_phase`` hears a line before each candidate's replay (long work).
     """
     started = time.time()
     now = now or started
@@ -215,7 +218,7 @@ async def run_cycle(
             if promotion is not None:  # the skills go first: the memory below follows them
                 skills_promotion = await asyncio.to_thread(
                     _promote, memory.registry, SKILLS, skills.name,
-                    published_skills.version, promotion, replay_env,
+                    published_skills.version, promotion, replay_env, on_phase,
                 )  # fmt: skip
         else:
             skills_version = serving.version or None
@@ -248,7 +251,14 @@ async def run_cycle(
     )
     if promotion is not None:
         report.memory_promotion = await asyncio.to_thread(  # replays run their own loop
-            _promote, memory.registry, MEMORY, memory.name, version, promotion, replay_env
+            _promote,
+            memory.registry,
+            MEMORY,
+            memory.name,
+            version,
+            promotion,
+            replay_env,
+            on_phase,
         )
     if guard_rules is not None:
         current = guard_rules.load()
@@ -265,7 +275,7 @@ async def run_cycle(
             if promotion is not None:
                 report.guard_promotion = await asyncio.to_thread(
                     _promote, guard_rules.registry, GUARD_RULES, guard_rules.name,
-                    published.version, promotion, replay_env,
+                    published.version, promotion, replay_env, on_phase,
                 )  # fmt: skip
         else:
             report.guard_version = current.version
@@ -319,14 +329,18 @@ def _promote(
     version: int,
     policy: Promotion,
     env: EvolveEnvironment | None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> PromotionResult:
-    """The promotion rule for a candidate the cycle just published."""
+    """The promotion rule for a candidate the cycle just published (``on_phase`` hears
+    what is being proven before a replay starts)."""
     evaluate = None
     if env is not None and policy.gate is not None and not policy.activate:
         gate = policy.gate
         if kind == SKILLS and gate.max_cost_ratio is None:  # skills buy cost: a win too
             gate = gate.model_copy(update={"max_cost_ratio": SKILLS_COST_RATIO})
         evaluate = artifact_evaluator(env, registry, kind, name, gate=gate)
+    if on_phase is not None and evaluate is not None:
+        on_phase(f"proving {kind}/{name} v{version}: paired offline replay of both versions")
     return promote_candidate(registry, kind, name, version, policy=policy, evaluate=evaluate)
 
 

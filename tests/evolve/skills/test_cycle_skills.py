@@ -174,6 +174,7 @@ def test_a_skill_set_is_proven_by_replay_and_passes_on_cost(desk: Desk) -> None:
     gate = GateConfig(
         gate_split="val", guard_split="test", report_split=None, min_tasks=8, limit=12
     )
+    phases: list[str] = []
     report = asyncio.run(
         run_cycle(
             LocalTraceSource(desk.store),
@@ -186,8 +187,10 @@ def test_a_skill_set_is_proven_by_replay_and_passes_on_cost(desk: Desk) -> None:
             promotion=Promotion(gate=gate, min_dwell_s=0),
             replay_env=desk.plugin,
             skills=desk.learning,
+            on_phase=phases.append,
         )
     )
+    assert any(p.startswith("proving skills/desk v1: paired offline replay") for p in phases)
     got = report.skills_promotion
     assert got is not None and got.gate is not None  # replayed: both arms, same tasks
     decision = got.gate

@@ -17,17 +17,18 @@ from rich.markup import escape
 from rich.table import Table
 
 from evoharness.evolve.cli.options import (
+    ALL_TRACES,
     RULES,
     JudgeSpec,
     MemoryOption,
-    MetaOption,
     PluginEnvOption,
     RejudgeOption,
-    SessionOption,
     StateOption,
+    Traces,
     VerboseOption,
     judge_options,
     judge_registry,
+    trace_options,
 )
 from evoharness.evolve.cli.replay import replay
 from evoharness.harness.errors import ConfigError
@@ -41,7 +42,6 @@ from evoharness.sdk.cli.options import (
     ConcurrencyOption,
     RegistryOption,
     Staging,
-    TagOption,
     TraceDbOption,
     grouped,
     rollout_options,
@@ -130,25 +130,6 @@ def _say(lines: list[str], style: str = "red") -> None:
         console.print(line, markup=False, style=style if i == 0 else None)
 
 
-def _filter(
-    tag: list[str] | None, session: str | None = None, meta: list[str] | None = None
-) -> EpisodeFilter:
-    from evoharness.evolve.episodes.traces import EpisodeFilter
-
-    pairs: dict[str, Any] = {}
-    for m in meta or []:
-        key, sep, value = m.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"bad --meta {m!r}; use KEY=VALUE", field="meta")
-        pairs[key] = value
-    options: dict[str, Any] = {"tags": tag or []}
-    if session is not None:
-        options["session_id"] = session
-    if pairs:
-        options["metadata"] = pairs
-    return EpisodeFilter(**options)
-
-
 def _say_unmatched(plugin: EvolveEnvironment, left_out: int, tags: set[str], total: int) -> None:
     """Say that traces were left out because ``plugin`` does not own them."""
     from evoharness.sdk.environment import plugin_names
@@ -214,13 +195,12 @@ def _say_other_judges(plugin: EvolveEnvironment, episodes: list[Episode]) -> Non
 
 
 @app.command()
+@grouped("traces", trace_options)
 @grouped("judging", judge_options)
 def judge(
     db: TraceDbOption = TRACE_DB,
     state: StateOption = HOME / "evolve.db",
-    tag: TagOption = None,
-    session: SessionOption = None,
-    meta: MetaOption = None,
+    traces: Traces = ALL_TRACES,
     env: PluginEnvOption = "generic",
     judging: JudgeSpec = RULES,
     rejudge: RejudgeOption = False,
@@ -259,7 +239,7 @@ def judge(
             env=env,
             state=state,
             db=db,
-            where=_filter(tag, session, meta),
+            where=traces.where(),
             rejudge=rejudge,
             concurrency=concurrency,
             workers=workers,
@@ -351,12 +331,11 @@ def _judge(
 
 
 @app.command()
+@grouped("traces", trace_options)
 def route(
     db: TraceDbOption = TRACE_DB,
     state: StateOption = HOME / "evolve.db",
-    tag: TagOption = None,
-    session: SessionOption = None,
-    meta: MetaOption = None,
+    traces: Traces = ALL_TRACES,
 ) -> None:
     """Route judged traces into pools (SFT, strategies, guard, replay, preference, lessons,
     undecided)."""
@@ -364,7 +343,7 @@ def route(
     from evoharness.evolve.routing.pools import route_all
 
     with closing(_store(db)) as store, closing(_state(state)) as st:
-        episodes = list(LocalTraceSource(store).episodes(_filter(tag, session, meta)))
+        episodes = list(LocalTraceSource(store).episodes(traces.where()))
         added = route_all(episodes, st.verdicts(e.trace_id for e in episodes), st)
         sizes = st.pool_sizes()
     table = Table(title="routed cases")
@@ -508,6 +487,7 @@ def _guard(files: GuardRuleVersions, action: str, target: Path | None) -> None:
 
 
 @app.command()
+@grouped("traces", trace_options)
 @grouped("judging", judge_options)
 @grouped("staging", rollout_options)
 def cycle(
@@ -515,9 +495,7 @@ def cycle(
     state: StateOption = HOME / "evolve.db",
     memory_path: MemoryOption = HOME / "memory.db",
     registry: RegistryOption = REGISTRY,
-    tag: TagOption = None,
-    session: SessionOption = None,
-    meta: MetaOption = None,
+    traces: Traces = ALL_TRACES,
     env: PluginEnvOption = "generic",
     judging: JudgeSpec = RULES,
     rejudge: RejudgeOption = False,
@@ -590,7 +568,7 @@ def cycle(
         raise ConfigError("--skills needs a name, e.g. --skills shop", field="skills")
     with console.status(f"loading environment {env}"):
         plugin = load_plugin(env)
-    where = _filter(tag, session, meta)
+    where = traces.where()
     learning = _skill_learning(plugin, skills) if skills else None
     failed: list[str] = []
     outcomes: Counter[str] = Counter()

@@ -12,21 +12,23 @@ from __future__ import annotations
 import os
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from evoharness.harness.errors import ConfigError
-from evoharness.sdk.cli.options import ApiKeyEnvOption, BaseUrlOption
+from evoharness.sdk.cli.options import ApiKeyEnvOption, BaseUrlOption, TagOption
 from evoharness.sdk.cli.stores import sqlite_file
 
 if TYPE_CHECKING:  # imported where they run: --help and argument errors need none of them
     from langchain_core.language_models import BaseChatModel
 
     from evoharness.evolve.environment import EvolveEnvironment
+    from evoharness.evolve.episodes.traces import EpisodeFilter
     from evoharness.evolve.judging.judge import Judge, RelativeJudge
 
 __all__ = [
+    "ALL_TRACES",
     "RULES",
     "JudgeEnvOption",
     "JudgeKind",
@@ -39,10 +41,12 @@ __all__ = [
     "SessionOption",
     "StateOption",
     "TemperatureOption",
+    "Traces",
     "VerboseOption",
     "VotesOption",
     "judge_options",
     "judge_registry",
+    "trace_options",
 ]
 
 StateOption = Annotated[Path, typer.Option(help="Evolve state (SQLite).")]
@@ -59,6 +63,46 @@ SessionOption = Annotated[str | None, typer.Option("--session", help="Only this 
 MetaOption = Annotated[
     list[str] | None, typer.Option("--meta", help="Only traces whose metadata has KEY=VALUE")
 ]
+
+
+@dataclass(frozen=True)
+class Traces:
+    """Which traces a command reads, as ``--tag``, ``--session`` and ``--meta`` gave them
+    (:func:`trace_options`)."""
+
+    tags: tuple[str, ...] = ()
+    session: str | None = None
+    metadata: tuple[tuple[str, str], ...] = ()
+
+    def where(self) -> EpisodeFilter:
+        """The episode filter that reads them."""
+        from evoharness.evolve.episodes.traces import EpisodeFilter
+
+        options: dict[str, Any] = {"tags": list(self.tags)}
+        if self.session is not None:
+            options["session_id"] = self.session
+        if self.metadata:
+            options["metadata"] = dict(self.metadata)
+        return EpisodeFilter(**options)
+
+
+ALL_TRACES = Traces()
+"""Every trace: the default of a command's ``traces`` parameter (typer never reads it: the
+options of :func:`trace_options` stand in its place)."""
+
+
+def trace_options(
+    tag: TagOption = None, session: SessionOption = None, meta: MetaOption = None
+) -> Traces:
+    """The options that select traces, one group (``grouped("traces", trace_options)``)."""
+    pairs = []
+    for m in meta or []:
+        key, sep, value = m.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"bad --meta {m!r}; use KEY=VALUE", field="meta")
+        pairs.append((key, value))
+    return Traces(tuple(tag or ()), session, tuple(pairs))
+
 
 # -- the judge ------------------------------------------------------------------------------
 JudgeKind = Annotated[

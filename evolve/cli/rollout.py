@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from evoharness.sdk import cli as sdk_cli
 from evoharness.sdk.cli.options import (
@@ -83,34 +82,14 @@ def status(
 ) -> None:
     """The rollout's state and recent decisions; with --db, the engine's decision now from
     the judged sessions of each arm."""
+    from evoharness.sdk.cli.prompts import show_rollout
     from evoharness.sdk.registry import open_registry
     from evoharness.sdk.rollout import RolloutController
-    from evoharness.sdk.rollout.traces import outcomes_from_store
 
     traces = trace_store(db) if db is not None else None  # a bad --db: refused first
     with open_registry(registry) as reg, closing(traces) if traces else nullcontext():
-        ctl = RolloutController(reg)
-        exp = ctl.current(name, kind=kind)
-        console.print(f"{kind}/{name}: labels {reg.labels(kind, name)}", markup=False)
-        if exp is None:
-            console.print("no rollout")
-            return
-        arms = ", ".join(f"{a.name}=v{a.version}" for a in [exp.control, *exp.candidates])
-        console.print(
-            f"{exp.id}: {exp.status}, stage {exp.stage + 1}/{len(exp.stages)} "
-            f"({exp.traffic:.0%} exposed), arms {arms}\nlast: {exp.reason}",
-            markup=False,
-        )
-        for d in ctl.decisions(exp.id)[-5:]:
-            console.print(f"  {d.action:<8} {escape(d.reason)}")
-        if traces is None or not exp.running:
-            return
-        outcomes = outcomes_from_store(traces, exp)
-        if apply:
-            d = ctl.evaluate(name, outcomes, kind=kind)
-        else:
-            d = ctl.engine.decide_outcomes(exp, outcomes, now=ctl.clock())
-    console.print(f"decision{'' if apply else ' (dry run)'}: {d.action}: {d.reason}", markup=False)
+        head = f"{kind}/{name}: labels {reg.labels(kind, name)}"
+        show_rollout(RolloutController(reg), name, kind=kind, head=head, traces=traces, apply=apply)
 
 
 @app.command("promote")

@@ -40,8 +40,9 @@ if TYPE_CHECKING:  # imported where they run: --help and argument errors need no
     from evoharness.harness.tracing import TraceStore
     from evoharness.sdk.prompts import PromptStore, PromptTemplate
     from evoharness.sdk.registry import Registry
+    from evoharness.sdk.rollout import RolloutController
 
-__all__ = ["app"]
+__all__ = ["app", "show_rollout"]
 
 app = typer.Typer(
     help="Prompt versions and their A/B rollouts (staged, sticky, audited).",
@@ -267,12 +268,28 @@ def _status(
 ) -> None:
     from evoharness.sdk.prompts import ACTIVE
     from evoharness.sdk.rollout import RolloutController
+
+    labels = store.labels(name)
+    head = f"{name}: active v{labels.get(ACTIVE, '-')}, labels {labels}"
+    show_rollout(RolloutController(reg, store), name, head=head, traces=traces, apply=apply)
+
+
+def show_rollout(
+    ctl: RolloutController,
+    name: str,
+    *,
+    kind: str = KIND,
+    head: str,
+    traces: TraceStore | None,
+    apply: bool,
+) -> None:
+    """Print ``head``, then ``kind/name``'s rollout (stage, arms, settings, last decisions)
+    and, with ``traces``, the engine's decision now from the judged sessions of each arm
+    (taken with ``apply``). ``prompts status`` and ``rollout status`` both print this."""
     from evoharness.sdk.rollout.traces import outcomes_from_store
 
-    ctl = RolloutController(reg, store)
-    exp = ctl.current(name)
-    labels = store.labels(name)
-    console.print(f"{name}: active v{labels.get(ACTIVE, '-')}, labels {labels}", markup=False)
+    exp = ctl.current(name, kind=kind)
+    console.print(head, markup=False)
     if exp is None:
         console.print("no rollout")
         return
@@ -290,7 +307,7 @@ def _status(
         return
     outcomes = outcomes_from_store(traces, exp)
     if apply:
-        d = ctl.evaluate(name, outcomes)
+        d = ctl.evaluate(name, outcomes, kind=kind)
     else:
         d = ctl.engine.decide_outcomes(exp, outcomes, now=ctl.clock())
     console.print(f"decision{'' if apply else ' (dry run)'}: {d.action}: {d.reason}", markup=False)

@@ -18,12 +18,29 @@ from evoharness.sdk.cli.options import REGISTRY, TRACE_DB, RegistryOption, TagOp
 from evoharness.sdk.cli.stores import trace_store
 
 if TYPE_CHECKING:  # imported where they run: --help and argument errors need none of them
+    from rich.progress import Progress, ProgressColumn
+
     from evoharness.evolve.episodes.traces import TraceSource
     from evoharness.evolve.monitor import DriftConfig, Finding
     from evoharness.harness.tracing import TraceStore
 
 FAIL_LEVELS = ("critical", "warning", "info", "never")
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
+
+
+def spinner(*columns: ProgressColumn) -> Progress:
+    """A transient spinner on the console: the step running now, ``columns``, the time so
+    far (the monitor's and the report's, whose steps have no total to count against)."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        *columns,
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
 
 
 def show_findings(findings: list[Finding], *, title: str) -> None:
@@ -170,23 +187,9 @@ def _monitor(
         where = EpisodeFilter(
             tags=tag or [], since=None if hours is None else time.time() - hours * 3600
         )
-        from rich.progress import (
-            BarColumn,
-            Progress,
-            SpinnerColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
+        from rich.progress import BarColumn, TextColumn
 
-        with Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress:
+        with spinner(BarColumn(), TextColumn("{task.fields[info]}")) as progress:
             task = progress.add_task("monitor", total=None, info="")
 
             def tick(step: str, done: int, total: int) -> None:

@@ -45,8 +45,7 @@ def report(
 ) -> None:
     """Write the HTML report: layers, tokens and cost, cache reuse, interventions,
     rollouts, monitor findings, versions in force."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
+    from evoharness.evolve.cli.monitor import spinner
     from evoharness.evolve.report import write_report
     from evoharness.sdk.registry import open_registry
 
@@ -66,13 +65,7 @@ def report(
         store = stack.enter_context(closing(trace_store(db))) if db.exists() else None
         there = "://" in registry or Path(registry).exists()
         reg = stack.enter_context(open_registry(registry)) if there else None
-        with Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress:
+        with spinner() as progress:
             task = progress.add_task("report", total=None)
             path = write_report(
                 out,

@@ -357,19 +357,39 @@ class TraceReader:
             ):
                 known[digest] = body if as_text else loads(body)
         lost = len(known) < len(wanted)  # a message row missing (rare)
+
+        def lookup(hashes: list[str]) -> list[Any]:
+            if lost:
+                return [known[h] if h in known else _missing(h, as_text=as_text) for h in hashes]
+            if len(hashes) > 1:  # in one C call
+                return list(itemgetter(*hashes)(known))
+            return [known[h] for h in hashes]
+
+        messages_of: dict[str, list[Any]] = {}
+
+        def resolved(oid: str) -> list[Any]:
+            """The messages of ``full[oid]``: a delta's are its base's kept part (the base
+            resolved once per chain) and its own additions, so a conversation's messages
+            are looked up once, not once per generation that repeats them."""
+            chain: list[str] = []
+            cur = oid
+            while cur not in messages_of:
+                r = refs.get(cur)
+                if isinstance(r, dict) and r["base"] in full and len(full[r["base"]]) >= r["keep"]:
+                    chain.append(cur)
+                    cur = r["base"]
+                else:
+                    messages_of[cur] = lookup(full[cur])
+            for oid_ in reversed(chain):
+                keep = refs[oid_]["keep"]
+                base = messages_of[refs[oid_]["base"]]
+                messages_of[oid_] = base[:keep] + lookup(full[oid_][keep:])
+            return messages_of[oid]
+
         for b in bodies:
-            hashes = lists.get(b["id"])
-            if hashes is None:
-                continue
-            if not lost and len(hashes) > 1:  # the whole input in one C call
-                messages: list[Any] = list(itemgetter(*hashes)(known))
-            else:
-                messages = list(map(known.get, hashes))
-            if lost and None in messages:
-                messages = [
-                    known[h] if h in known else _missing(h, as_text=as_text) for h in hashes
-                ]
-            b["input"] = JsonArray(messages) if as_text else messages
+            if b["id"] in lists:
+                messages = resolved(b["id"])
+                b["input"] = JsonArray(messages) if as_text else messages
 
     def observations(self, trace_id: str) -> list[Observation]:
         """A trace's observations in start order (generation inputs in full)."""

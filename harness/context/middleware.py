@@ -483,7 +483,7 @@ class ContextMiddleware(ModelCallSteps, AgentMiddleware[ContextState, Any, Any])
         # what the next token trigger adds to the history: the static prompt and tools
         if base != self._base[0]:
             self._base = (base, self.counter.text(base))
-        self._fixed_tokens = self._base[1] + self._tool_tokens(list(request.tools or []))
+        self._fixed_tokens = self._base[1] + self._tool_tokens(request.tools or ())
         sections = render_sections(state)
         if _is_anthropic(request.model):
             # Anthropic caches tools -> system -> messages by prefix: a breakpoint at the end
@@ -516,8 +516,8 @@ class ContextMiddleware(ModelCallSteps, AgentMiddleware[ContextState, Any, Any])
                 ledgers.move_to_end(key)
             return ledger
 
-    def _tool_tokens(self, tools: list[Any]) -> int:
-        key = tuple(id(t) for t in tools)
+    def _tool_tokens(self, tools: Sequence[Any]) -> int:
+        key = tuple(map(id, tools))
         hit = self._schema_tokens.get(key)
         if hit is None:
             from langchain_core.utils.function_calling import convert_to_openai_tool

@@ -10,7 +10,6 @@ sessions (``status --db ... --apply``), and promote or roll back by hand.
 from __future__ import annotations
 
 from contextlib import closing, nullcontext
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -20,6 +19,8 @@ from evoharness.sdk.cli.options import (
     REGISTRY,
     STAGED,
     ActorOption,
+    ApplyOption,
+    OutcomesDbOption,
     ReasonOption,
     RegistryOption,
     Staging,
@@ -74,10 +75,8 @@ def start(
 def status(
     kind: Kind,
     name: Name,
-    db: Annotated[
-        Path | None, typer.Option("--db", help="Trace store to read the arms' outcomes from.")
-    ] = None,
-    apply: Annotated[bool, typer.Option(help="Apply the decision (default: dry run).")] = False,
+    db: OutcomesDbOption = None,
+    apply: ApplyOption = False,
     registry: RegistryOption = REGISTRY,
 ) -> None:
     """The rollout's state and recent decisions; with --db, the engine's decision now from

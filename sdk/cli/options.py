@@ -30,12 +30,14 @@ __all__ = [
     "TRACE_DB",
     "ActorOption",
     "ApiKeyEnvOption",
+    "ApplyOption",
     "BaseUrlOption",
     "ConcurrencyOption",
     "EnvOption",
     "EvalDbOption",
     "LabelOption",
     "MinDwellOption",
+    "OutcomesDbOption",
     "PromptsInLangfuseOption",
     "ReasonOption",
     "RegistryOption",
@@ -162,6 +164,11 @@ def rollout_options(
 
     return Staging(tuple(parse_stages(stages)), min_dwell_s, parse_tolerances(tolerance or []))
 
+
+OutcomesDbOption = Annotated[
+    Path | None, typer.Option("--db", help="Trace store to read the arms' outcomes from.")
+]
+ApplyOption = Annotated[bool, typer.Option(help="Apply the decision (default: dry run).")]
 
 # -- label moves (audited) ------------------------------------------------------------------
 LabelOption = Annotated[str, typer.Option(help="The label to move")]

@@ -27,6 +27,8 @@ from evoharness.sdk.cli.options import (
     REGISTRY,
     STAGED,
     ActorOption,
+    ApplyOption,
+    OutcomesDbOption,
     PromptsInLangfuseOption,
     ReasonOption,
     RegistryOption,
@@ -249,10 +251,8 @@ app.command("rollback")(registry_cli.for_kind(registry_cli.rollback, KIND))
 @app.command("status")
 def status(
     name: str,
-    db: Annotated[
-        Path | None, typer.Option("--db", help="Trace store to read the arms' outcomes from.")
-    ] = None,
-    apply: Annotated[bool, typer.Option(help="Apply the decision (default: dry run).")] = False,
+    db: OutcomesDbOption = None,
+    apply: ApplyOption = False,
     registry: RegistryOption = REGISTRY,
     langfuse: PromptsInLangfuseOption = False,
 ) -> None:

@@ -23,6 +23,8 @@ import json
 import typing
 from collections.abc import Iterator
 from contextlib import ExitStack, closing, contextmanager
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -45,6 +47,7 @@ from evoharness.sdk.cli.options import (
     TagOption,
     TraceDbOption,
     check_number,
+    grouped,
     non_empty,
 )
 
@@ -157,6 +160,65 @@ def _workdir(policy: str, workdir: Path | None) -> Path:
     if work.exists() and not work.is_dir():
         raise ConfigError(f"--workdir {work} is a file; pass a folder", field="workdir")
     return work
+
+
+@dataclass(frozen=True)
+class _Target:
+    """The adapter a command works on (``--policy``), its work directory (``--workdir``)
+    and the registry it is published in (``--registry``)."""
+
+    policy: str = "policy"
+    workdir: Path | None = None
+    registry: str = REGISTRY
+
+    @property
+    def work(self) -> Path:
+        """The work directory (checked: not a file)."""
+        return _workdir(self.policy, self.workdir)
+
+
+POLICY = _Target()
+"""The default of a command's ``target`` (typer never reads it: the options stand in)."""
+
+
+def _target(
+    policy: Policy = "policy", workdir: Workdir = None, registry: RegistryOption = REGISTRY
+) -> _Target:
+    """The options naming what a stage command works on, one group."""
+    return _Target(policy, workdir, registry)
+
+
+@dataclass(frozen=True)
+class _Dataset:
+    """What a command that builds the dataset reads: the target, the trace store and the
+    evolve state, and the settings it was given (``--env``, ``--tag``, ``--base-model``)."""
+
+    target: _Target = POLICY
+    db: Path = TRACE_DB
+    state: Path = HOME / "evolve.db"
+    given: dict[str, Any] = dataclass_field(default_factory=dict)
+    all_episodes: bool = False
+
+
+SOURCE = _Dataset()
+"""The default of a command's ``source`` (typer never reads it: the options stand in)."""
+
+
+def _dataset(
+    policy: Policy = "policy",
+    workdir: Workdir = None,
+    db: TraceDbOption = TRACE_DB,
+    state: StateOption = HOME / "evolve.db",
+    registry: RegistryOption = REGISTRY,
+    env: Env = None,
+    tag: TagOption = None,
+    base_model: BaseModel_ = None,
+    all_episodes: AllEpisodes = False,
+) -> _Dataset:
+    """The options of the commands that build the dataset (``dataset``, ``run``), one
+    group."""
+    given = _given(env=env, tags=tag, base_model=base_model)
+    return _Dataset(_Target(policy, workdir, registry), db, state, given, all_episodes)
 
 
 def _settings(work: Path, given: dict[str, Any]) -> dict[str, Any]:
@@ -277,30 +339,26 @@ def _server(s: dict[str, Any]) -> Any:
 
 @contextmanager
 def _pipeline(
-    policy: str,
-    workdir: Path | None,
-    registry: str,
+    target: _Target,
+    given: dict[str, Any] | None = None,
     *,
-    db: Path | None,
-    state: Path | None,
-    given: dict[str, Any],
-    all_episodes: bool = False,
-    needs_source: bool = False,
+    source: _Dataset | None = None,
 ) -> Iterator[Any]:
-    """The pipeline of ``policy`` with its stores open (closed afterwards)."""
+    """The pipeline of the target's policy with its stores open (closed afterwards); with
+    ``source``, over the traces it names (the dataset stage needs them)."""
     from evoharness.evolve.environment import load_plugin
     from evoharness.evolve.weights.pipeline import WeightsPipeline
     from evoharness.sdk.registry import open_registry
 
-    work = _workdir(policy, workdir)
-    s = _settings(work, given)
+    policy, work = target.policy, target.work
+    s = _settings(work, given or {})
     plugin = load_plugin(s["env"])
     with ExitStack() as stack:
-        reg = stack.enter_context(open_registry(registry))
-        source = verdicts = tools = selection = None
-        if needs_source:
-            source, verdicts, tools, selection = _dataset_inputs(
-                stack, plugin, reg, db, state, s, all_episodes
+        reg = stack.enter_context(open_registry(target.registry))
+        traces = verdicts = tools = selection = None
+        if source is not None:
+            traces, verdicts, tools, selection = _dataset_inputs(
+                stack, plugin, reg, source.db, source.state, s, source.all_episodes
             )
         runtime = plugin.runtime()
         evaluate = None
@@ -317,7 +375,7 @@ def _pipeline(
                 return served[0](candidate)
 
         yield WeightsPipeline(
-            source,
+            traces,
             config=_layer_config(policy, s),
             registry=reg,
             workdir=work,
@@ -342,8 +400,8 @@ def _dataset_inputs(
     stack: ExitStack,
     plugin: Any,
     reg: Any,
-    db: Path | None,
-    state: Path | None,
+    db: Path,
+    state: Path,
     s: dict[str, Any],
     all_episodes: bool,
 ) -> tuple[Any, Any, Any, Any]:
@@ -355,12 +413,11 @@ def _dataset_inputs(
     from evoharness.evolve.weights.pipeline import Selection
     from evoharness.harness.tracing import TraceStore
 
-    path = db or TRACE_DB
-    if not path.exists():
-        raise ConfigError(f"no trace store at {path}; pass --db", field="db")
-    store = stack.enter_context(closing(TraceStore(path)))
+    if not db.exists():
+        raise ConfigError(f"no trace store at {db}; pass --db", field="db")
+    store = stack.enter_context(closing(TraceStore(db)))
     verdicts = None
-    if state is not None and state.exists():
+    if state.exists():
         verdicts = stack.enter_context(closing(EvolveState(state))).verdicts()
     runtime = plugin.runtime()
     tools = None
@@ -394,32 +451,18 @@ def _given(**values: Any) -> dict[str, Any]:
 
 
 @app.command("dataset")
-def dataset(
-    policy: Policy = "policy",
-    workdir: Workdir = None,
-    db: TraceDbOption = TRACE_DB,
-    state: StateOption = HOME / "evolve.db",
-    registry: RegistryOption = REGISTRY,
-    env: Env = None,
-    tag: TagOption = None,
-    base_model: BaseModel_ = None,
-    all_episodes: AllEpisodes = False,
-) -> None:
+@grouped("source", _dataset)
+def dataset(source: _Dataset = SOURCE) -> None:
     """Build the SFT (and DPO) datasets from the traces: the clusters the last cycle decided
     for training (or --all-episodes). Runs again when asked: later stages then run again."""
-    given = _given(env=env, tags=tag, base_model=base_model)
-    with _pipeline(
-        policy, workdir, registry, db=db, state=state, given=given,
-        all_episodes=all_episodes, needs_source=True,
-    ) as p:  # fmt: skip
+    with _pipeline(source.target, source.given, source=source) as p:
         p.dataset()
 
 
 @app.command("train")
+@grouped("target", _target)
 def train_cmd(
-    policy: Policy = "policy",
-    workdir: Workdir = None,
-    registry: RegistryOption = REGISTRY,
+    target: _Target = POLICY,
     base_model: BaseModel_ = None,
     steps: Steps = None,
     dpo_steps: DpoSteps = None,
@@ -432,24 +475,22 @@ def train_cmd(
         base_model=base_model, steps=steps, dpo_steps=dpo_steps, lr=lr, max_length=max_length,
         lora_r=lora_r,
     )  # fmt: skip
-    with _pipeline(policy, workdir, registry, db=None, state=None, given=given) as p:
+    with _pipeline(target, given) as p:
         p.train()
 
 
 @app.command("publish")
-def publish(
-    policy: Policy = "policy", workdir: Workdir = None, registry: RegistryOption = REGISTRY
-) -> None:
+@grouped("target", _target)
+def publish(target: _Target = POLICY) -> None:
     """Publish each trained adapter as an immutable registry version <policy>-vN."""
-    with _pipeline(policy, workdir, registry, db=None, state=None, given={}) as p:
+    with _pipeline(target) as p:
         p.publish()
 
 
 @app.command("gate")
+@grouped("target", _target)
 def gate(
-    policy: Policy = "policy",
-    workdir: Workdir = None,
-    registry: RegistryOption = REGISTRY,
+    target: _Target = POLICY,
     env: Env = None,
     gate_split: Split = None,
     guard_split: Split = None,
@@ -468,12 +509,12 @@ def gate(
         min_tasks=min_tasks, limit=limit, alpha=alpha, serving=serving,
         max_new_tokens=max_new_tokens,
     )  # fmt: skip
-    with _pipeline(policy, workdir, registry, db=None, state=None, given=given) as p:
+    with _pipeline(target, given) as p:
         if p.evaluate_fn is None:
             raise ConfigError(
                 "the environment has no run side to replay, so no offline gate can run: "
                 "prove the published adapter with a staged rollout instead (evoharness "
-                f"rollout start adapter {policy} VERSION)",
+                f"rollout start adapter {target.policy} VERSION)",
                 field="env",
             )
         record = p.gate()
@@ -489,10 +530,9 @@ def _print_gate(record: dict[str, Any]) -> None:
 
 
 @app.command("activate")
+@grouped("target", _target)
 def activate_cmd(
-    policy: Policy = "policy",
-    workdir: Workdir = None,
-    registry: RegistryOption = REGISTRY,
+    target: _Target = POLICY,
     rollout: Rollout = False,
     stages: StagesOption = "0.1,0.3,1.0",
     min_dwell_s: MinDwellOption = 3600.0,
@@ -504,7 +544,7 @@ def activate_cmd(
     from evoharness.sdk.rollout import parse_stages
 
     traffic = parse_stages(stages)  # checked even when going live at once
-    with _pipeline(policy, workdir, registry, db=None, state=None, given={}) as p:
+    with _pipeline(target) as p:
         p.forget("activate")
         record = p.activate(
             stages={"dpo"} if dpo else {"sft"},
@@ -536,20 +576,13 @@ def _set(items: list[str] | None) -> dict[str, Any]:
 
 
 @app.command("run")
+@grouped("source", _dataset)
 def run(
     stages: Annotated[
         list[str] | None,
         typer.Argument(help="Stages to run, in order (default: all five)."),
     ] = None,
-    policy: Policy = "policy",
-    workdir: Workdir = None,
-    db: TraceDbOption = TRACE_DB,
-    state: StateOption = HOME / "evolve.db",
-    registry: RegistryOption = REGISTRY,
-    env: Env = None,
-    tag: TagOption = None,
-    base_model: BaseModel_ = None,
-    all_episodes: AllEpisodes = False,
+    source: _Dataset = SOURCE,
     redo: Redo = None,
     settings: Annotated[
         list[str] | None,
@@ -572,22 +605,18 @@ def run(
                 f"unknown weights stage(s) {unknown}: choose from {', '.join(STAGES)}",
                 field=field,
             )
-    done = load_state(_workdir(policy, workdir)).get("done", {})
+    done = load_state(source.target.work).get("done", {})
     build = "dataset" in chosen and ("dataset" not in done or bool(redo))
-    given = {**_set(settings), **_given(env=env, tags=tag, base_model=base_model)}
-    with _pipeline(
-        policy, workdir, registry, db=db, state=state, given=given,
-        all_episodes=all_episodes, needs_source=build,
-    ) as p:  # fmt: skip
+    given = {**_set(settings), **source.given}
+    with _pipeline(source.target, given, source=source if build else None) as p:
         skipped = p.run(chosen, redo=redo or (), rollout=None)
     if skipped:
         console.print(f"skipped (done before): {', '.join(skipped)}")
 
 
 @app.command("status")
-def status_cmd(
-    policy: Policy = "policy", workdir: Workdir = None, registry: RegistryOption = REGISTRY
-) -> None:
+@grouped("target", _target)
+def status_cmd(target: _Target = POLICY) -> None:
     """Adapter versions (active, candidate, rejected, published), the running rollout, and
     the stages done in the work directory."""
     from evoharness.evolve.weights.pipeline import STAGES, load_state
@@ -595,7 +624,8 @@ def status_cmd(
     from evoharness.sdk.registry import open_registry
     from evoharness.sdk.rollout import RolloutController
 
-    with open_registry(registry) as reg:
+    policy = target.policy
+    with open_registry(target.registry) as reg:
         console.print(f"adapter/{policy}: labels {reg.labels(KIND, policy)}", markup=False)
         reasons = {e.version: e.reason for e in reg.events(KIND, policy) if e.action == "label"}
         for v in reg.versions(KIND, policy):
@@ -609,7 +639,7 @@ def status_cmd(
         if exp is not None:
             arms = ", ".join(f"{a.name}=v{a.version}" for a in [exp.control, *exp.candidates])
             console.print(f"rollout {exp.id}: stage {exp.stage + 1}/{len(exp.stages)}, {arms}")
-    done = load_state(_workdir(policy, workdir)).get("done", {})
+    done = load_state(target.work).get("done", {})
     console.print("stages done: " + (", ".join(s for s in STAGES if s in done) or "none"))
 
 

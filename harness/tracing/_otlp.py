@@ -34,6 +34,8 @@ def varint(n: int) -> bytes:
     """Protobuf base-128 varint (``n`` >= 0; a negative int64 as its two's complement)."""
     if 0 <= n < 0x80:
         return _SMALL[n]
+    if 0 < n < 0x4000:  # two bytes: most span and attribute lengths
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     if n < 0:
         n += 1 << 64
     out = bytearray()
@@ -194,4 +196,5 @@ def request(resource_msg: bytes, scope_msg: bytes, spans: Iterable[bytes]) -> by
 
 def framed_span_size(span_msg: bytes) -> int:
     """Bytes one span adds to a request (its tag and length prefix included)."""
-    return 1 + len(varint(len(span_msg))) + len(span_msg)
+    n = len(span_msg)
+    return n + 2 if n < 0x80 else n + 1 + (n.bit_length() + 6) // 7  # tag, varint, span

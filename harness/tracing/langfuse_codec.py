@@ -181,6 +181,7 @@ def span_attributes(
     *,
     environment: str | None = None,
     encode: Callable[[Any], bytes] = dumps,
+    trace_part: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The span attributes of one stored observation (a ``model_dump(mode="json")`` dict;
     its ``input`` may be a :class:`JsonArray`). JSON values are UTF-8 bytes (``encode``'s),
@@ -193,13 +194,43 @@ def span_attributes(
         attrs: ``langfuse.LangfuseOtelSpanAttributes`` (the attribute names).
         environment: Fallback environment when the trace has none.
         encode: The JSON encoder (:func:`strict_dumps` for rows holding ``NaN``).
+        trace_part: :func:`trace_attributes` of ``trace`` (with the same ``attrs`` and
+            ``environment``), when the caller has it.
     """
     if encode is dumps:  # orjson called directly, the whole span again if it refuses a value
         try:
-            return _attributes(obs, trace, attrs, environment, orjson.dumps)
+            return _attributes(obs, trace, attrs, environment, orjson.dumps, trace_part)
         except TypeError:  # orjson.JSONEncodeError: value by value, as dumps does
             pass
-    return _attributes(obs, trace, attrs, environment, encode)
+    return _attributes(obs, trace, attrs, environment, encode, trace_part)
+
+
+def trace_attributes(
+    trace: dict[str, Any] | None, attrs: Any, *, environment: str | None = None
+) -> dict[str, Any]:
+    """The attributes :func:`span_attributes` gives every span of ``trace`` (environment,
+    prompt, user, session), for a caller encoding many spans of one trace to pass as its
+    ``trace_part``."""
+    return _trace_part(trace, _NAMES.get(attrs) or _names(attrs), environment)
+
+
+def _trace_part(
+    trace: dict[str, Any] | None, names: _Names, environment: str | None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    env = (trace or {}).get("environment") or environment
+    if env:
+        out[names.environment] = env
+    if trace is None:
+        return out
+    if trace.get("prompt_name"):
+        out[names.prompt_name] = trace["prompt_name"]
+        out[names.prompt_version] = str(trace.get("prompt_version") or "")
+    if value := trace.get("user_id"):
+        out[names.user_id] = value
+    if value := trace.get("session_id"):
+        out[names.session_id] = value
+    return out
 
 
 def _attributes(
@@ -208,6 +239,7 @@ def _attributes(
     attrs: Any,
     environment: str | None,
     encode: Callable[[Any], bytes],
+    trace_part: dict[str, Any] | None,
 ) -> dict[str, Any]:
     names = _NAMES.get(attrs) or _names(attrs)
     get = obs.get
@@ -250,18 +282,9 @@ def _attributes(
             out[prefix + key] = encode(value)
     if not in_meta:
         out[names.fields] = encode(extra)
-    env = (trace or {}).get("environment") or environment
-    if env:
-        out[names.environment] = env
+    out.update(trace_part if trace_part is not None else _trace_part(trace, names, environment))
     if trace is None:
         return out
-    if trace.get("prompt_name"):
-        out[names.prompt_name] = trace["prompt_name"]
-        out[names.prompt_version] = str(trace.get("prompt_version") or "")
-    if value := trace.get("user_id"):
-        out[names.user_id] = value
-    if value := trace.get("session_id"):
-        out[names.session_id] = value
     if obs["id"] == _root_id(obs["trace_id"]):
         out[names.trace_name] = trace.get("name") or "agent"
         out[names.as_root] = True

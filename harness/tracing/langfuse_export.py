@@ -54,6 +54,7 @@ from evoharness.harness.tracing.langfuse_codec import (
     score_request,
     span_attributes,
     strict_dumps,
+    trace_attributes,
 )
 from evoharness.harness.tracing.schema import SCHEMA_VERSION, Observation, Trace, migrate_trace
 from evoharness.harness.tracing.store import TraceStore
@@ -366,11 +367,18 @@ class LangfuseExporter:
         exotic = rows.exotic
         trace_rows = {tid: self._as_model(t, exotic) for tid, t in rows.trace_rows.items()}
         names, env, span = self._attrs, self.environment, _otlp.span
+        parts: dict[str, dict[str, Any]] = {}  # each trace's attributes, once
         for obs, updated in rows.observations:  # self._span inlined: this runs per row
             oid, tid = obs["id"], obs["trace_id"]
             encode = strict_dumps if exotic and (oid in exotic or tid in exotic) else dumps
             sent_obs.append((oid, updated))
-            attrs = span_attributes(obs, trace_rows.get(tid), names, environment=env, encode=encode)
+            trace = trace_rows.get(tid)
+            part = parts.get(tid)
+            if part is None:
+                part = parts[tid] = trace_attributes(trace, names, environment=env)
+            attrs = span_attributes(
+                obs, trace, names, environment=env, encode=encode, trace_part=part
+            )
             start = obs["start_time"]
             end = obs.get("end_time") or start
             yield (

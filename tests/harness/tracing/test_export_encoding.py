@@ -20,7 +20,11 @@ import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from evoharness.harness.tracing import TraceStore, _otlp, root_span_id
-from evoharness.harness.tracing.langfuse_codec import FIELDS_KEY, span_attributes
+from evoharness.harness.tracing.langfuse_codec import (
+    FIELDS_KEY,
+    span_attributes,
+    trace_attributes,
+)
 from evoharness.harness.tracing.langfuse_export import LangfuseExporter
 from evoharness.harness.tracing.schema import Observation
 from evoharness.sdk.testing.langfuse_standin import LangfuseStandIn
@@ -249,3 +253,24 @@ def test_the_exporter_keeps_one_connection_until_a_cycle_fails_or_it_stops(
     with pytest.raises(sqlite3.ProgrammingError):  # closed by stop()
         kept.execute("SELECT 1")
     store.close()
+
+
+def test_a_precomputed_trace_part_gives_the_same_attributes() -> None:
+    trace = {
+        "id": TID,
+        "name": "agent",
+        "environment": None,
+        "prompt_name": "shop",
+        "prompt_version": 3,
+        "user_id": "u-1",
+        "session_id": "s-1",
+        "tags": ["a"],
+        "metadata": {"k": 1},
+    }
+    for row in (_row(metadata={"a": 1}), {**_row(), "id": root_span_id(TID)}):
+        for t in (trace, None):
+            part = trace_attributes(t, A, environment="env-x")
+            with_part = span_attributes(row, t, A, environment="env-x", trace_part=part)
+            plain = span_attributes(row, t, A, environment="env-x")
+            assert list(with_part.items()) == list(plain.items())
+    assert trace_attributes(trace, A, environment="env-x")[A.ENVIRONMENT] == "env-x"

@@ -26,15 +26,15 @@ from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from evoharness.evolve.cli.options import StateOption
 from evoharness.harness.errors import ConfigError
 from evoharness.sdk import cli as sdk_cli
+from evoharness.sdk.cli.console import progress_bar
 from evoharness.sdk.cli.options import (
     HOME,
     REGISTRY,
@@ -50,6 +50,9 @@ from evoharness.sdk.cli.options import (
     grouped,
     non_empty,
 )
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 console = sdk_cli.console
 app = typer.Typer(
@@ -234,17 +237,6 @@ def _settings(work: Path, given: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
-
-
 class _Bars:
     """One Rich progress bar per thing the pipeline reports (training steps, evaluations)."""
 
@@ -392,7 +384,7 @@ def _pipeline(
 
 @contextmanager
 def _bars() -> Iterator[_Bars]:
-    with _progress() as progress:
+    with progress_bar("{task.description}") as progress:
         yield _Bars(progress)
 
 

@@ -62,10 +62,12 @@ from evoharness.harness.tracing.store import TraceStore
 try:
     import langfuse
     import requests
+    import urllib3
     from langfuse.api import LangfuseAPI
     from langfuse.api.scores.types import CreateScoreRequest
     from opentelemetry.exporter.otlp.proto.http import _OTLP_HTTP_HEADERS
     from opentelemetry.sdk.resources import Resource
+    from requests.adapters import HTTPAdapter
 except ImportError as exc:  # pragma: no cover - exercised by the extras test
     raise MissingExtraError(
         extra="langfuse", module=exc.name or "langfuse", feature="Langfuse export"
@@ -109,6 +111,7 @@ request (288 KB) and a 200-round one's (3.7 MB), 6 takes 15% fewer instructions 
 the same bytes (0.4% fewer, 0.2% more); 5 and 7 are in between. The server inflates every
 level alike."""
 _TRACE_FIELDS = list(Trace.model_fields)
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})  # requests' REDIRECT_STATI
 _OBSERVATION_FIELDS = list(Observation.model_fields)
 
 
@@ -185,15 +188,24 @@ class LangfuseExporter:
             }
         )
         # What Session.post works out per request from the environment (proxies, CA
-        # bundle, .netrc) and its request layer cost 2.5x sending the request itself:
-        # both are settled here once, and each request goes to requests' adapter.
-        self._post_settings = self._session.merge_environment_settings(
-            self._endpoint, {}, None, None, None
-        )
-        self._post_template = self._session.prepare_request(
-            requests.Request("POST", self._endpoint)
-        )
-        self._adapter = self._session.get_adapter(self._endpoint)
+        # bundle, .netrc) and its request and response layers cost 2x sending the request
+        # itself: settled here once, as requests' adapter would settle them, and each
+        # request goes to the adapter's connection pool (_post)
+        settings = self._session.merge_environment_settings(self._endpoint, {}, None, None, None)
+        template = self._session.prepare_request(requests.Request("POST", self._endpoint))
+        adapter = self._session.get_adapter(self._endpoint)
+        verify, cert, proxies = settings["verify"], settings["cert"], settings["proxies"]
+        self._pool: Any = None  # requests before 2.32.2, or another adapter: Session.post
+        if isinstance(adapter, HTTPAdapter) and hasattr(adapter, "request_url"):
+            if hasattr(adapter, "get_connection_with_tls_context"):
+                self._pool = adapter.get_connection_with_tls_context(
+                    template, verify, proxies, cert
+                )
+                adapter.cert_verify(self._pool, self._endpoint, verify, cert)
+            self._url = adapter.request_url(template, proxies)
+            self._retries = adapter.max_retries
+        self._post_headers = dict(template.headers)
+        self._timeout = urllib3.Timeout(connect=timeout_s, read=timeout_s)
         # what the SDK's TracerProvider sent: its default resource, our tracer's scope
         self._resource = _otlp.resource(dict(Resource.create().attributes))
         self._scope = _otlp.scope("evoharness")
@@ -261,11 +273,11 @@ class LangfuseExporter:
         def post() -> str | None:
             body = _gzip(_otlp.request(self._resource, self._scope, parts))
             try:
-                answer = self._post(body)
+                status, text = self._post(body)
             except requests.RequestException as exc:
                 return f"{type(exc).__name__}: {exc}"
-            if not 200 <= answer.status_code < 300:
-                return f"HTTP {answer.status_code}: {answer.text[:200]}"
+            if not 200 <= status < 300:
+                return f"HTTP {status}: {text[:200]}"
             ok.update(ids)
             ids.clear()
             parts.clear()
@@ -282,17 +294,40 @@ class LangfuseExporter:
             size += framed
         return ok, post() if parts else None
 
-    def _post(self, body: bytes) -> requests.Response:
-        """POST one request body: what ``Session.post`` sends (the session's headers and
-        credentials, the environment's proxies and CA bundle as they were when the exporter
-        was made), through the session's adapter; a redirect is followed by the session."""
-        request = self._post_template.copy()
-        request.prepare_body(body, None)
-        answer = self._adapter.send(request, timeout=self.timeout_s, **self._post_settings)
-        answer.content  # read: the connection goes back to the pool  # noqa: B018
-        if answer.is_redirect:
-            return self._session.post(self._endpoint, data=body, timeout=self.timeout_s)
-        return answer
+    def _post(self, body: bytes) -> tuple[int, str]:
+        """POST one request body; the answer's status and text. What ``Session.post``
+        sends (the session's headers and credentials, the environment's proxies and CA
+        bundle as they were when the exporter was made), through the connection pool
+        requests' adapter uses, as the adapter calls it; an error raised as the adapter
+        names it; a redirect followed by ``Session.post``."""
+        if self._pool is None:
+            return self._session_post(body)
+        headers = {**self._post_headers, "Content-Length": str(len(body))}  # as prepared
+        try:
+            answer = self._pool.urlopen(
+                "POST",
+                self._url,
+                body=body,
+                headers=headers,
+                redirect=False,
+                assert_same_host=False,
+                preload_content=False,
+                decode_content=False,
+                retries=self._retries,
+                timeout=self._timeout,
+                chunked=False,
+            )
+            data = answer.read(decode_content=True)
+            answer.release_conn()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # as requests' adapter names it
+            raise _request_error(exc) from exc
+        if answer.status in _REDIRECTS and "location" in answer.headers:
+            return self._session_post(body)
+        return answer.status, data.decode("utf-8", "replace")
+
+    def _session_post(self, body: bytes) -> tuple[int, str]:
+        answer = self._session.post(self._endpoint, data=body, timeout=self.timeout_s)
+        return answer.status_code, answer.text
 
     # -- one cycle -------------------------------------------------------------------------
     def sampled(self, trace_id: str) -> bool:
@@ -489,6 +524,22 @@ class LangfuseExporter:
         self._session.close()
         for key in list(self._connections):
             self._close_connection(key)
+
+
+def _request_error(exc: BaseException) -> requests.RequestException:
+    """The requests exception its adapter raises for a urllib3 or socket error."""
+    from urllib3 import exceptions as e
+
+    reason = exc.reason if isinstance(exc, e.MaxRetryError) else exc
+    if isinstance(reason, e.ConnectTimeoutError) and not isinstance(reason, e.NewConnectionError):
+        return requests.ConnectTimeout(exc)
+    if isinstance(reason, e.ProxyError):
+        return requests.exceptions.ProxyError(exc)
+    if isinstance(reason, e.SSLError):
+        return requests.exceptions.SSLError(exc)
+    if isinstance(reason, e.ReadTimeoutError):
+        return requests.ReadTimeout(exc)
+    return requests.ConnectionError(exc)
 
 
 def _rejections(response: Any, ids: Sequence[str]) -> dict[str, str]:

@@ -165,9 +165,9 @@ def test_a_request_goes_out_as_session_post_sends_it(tmp_path: Path) -> None:
     exporter = LangfuseExporter(
         store, public_key="pk-lf-raw", secret_key="sk-lf-raw", base_url=server.base_url
     )
-    assert exporter._post(b"\x1f\x8b body").status_code == 200
+    assert exporter._post(b"\x1f\x8b body")[0] == 200
     exporter._session.post(exporter._endpoint, data=b"\x1f\x8b body", timeout=5)
-    assert exporter._post(b"\x1f\x8b body").status_code == 200  # the kept connection
+    assert exporter._post(b"\x1f\x8b body")[0] == 200  # the kept connection
     (ours, body), (sessions, _), (again, _) = server.seen
     assert ours == sessions == again and body == b"\x1f\x8b body"
     exporter.stop()
@@ -180,8 +180,7 @@ def test_a_redirected_request_is_followed_like_session_post(tmp_path: Path) -> N
     exporter = LangfuseExporter(
         store, public_key="pk-lf-raw", secret_key="sk-lf-raw", base_url=server.base_url
     )
-    answer = exporter._post(b"payload")
-    assert answer.status_code == 200
+    assert exporter._post(b"payload") == (200, "{}")
     assert [h.split(b" ")[1] for h, _ in server.seen] == [
         b"/api/public/otel/v1/traces",
         b"/api/public/otel/v1/traces",  # the session's own try, which it follows
@@ -274,3 +273,22 @@ def test_a_precomputed_trace_part_gives_the_same_attributes() -> None:
             plain = span_attributes(row, t, A, environment="env-x")
             assert list(with_part.items()) == list(plain.items())
     assert trace_attributes(trace, A, environment="env-x")[A.ENVIRONMENT] == "env-x"
+
+
+def test_a_refused_connection_is_the_error_requests_raises(tmp_path: Path) -> None:
+    import requests
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there
+    store = TraceStore(tmp_path / "t.db")
+    exporter = LangfuseExporter(
+        store, public_key="pk-lf-raw", secret_key="sk-lf-raw", base_url=f"http://127.0.0.1:{port}"
+    )
+    with pytest.raises(requests.ConnectionError):
+        exporter._post(b"payload")
+    with pytest.raises(requests.ConnectionError):
+        exporter._session.post(exporter._endpoint, data=b"payload", timeout=5)
+    exporter.stop()
+    store.close()

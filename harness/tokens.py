@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -58,7 +59,49 @@ def _offline_encoder() -> Callable[[str], int] | None:
         enc: Any = tiktoken.get_encoding(OFFLINE_ENCODING)
     except Exception:
         return None
-    return lambda text: len(enc.encode(text, disallowed_special=()))
+    return chunked_counter(lambda text: len(enc.encode_ordinary(text)))
+
+
+_CUT = re.compile(r"(?<=\n)(?=[!-~])")
+"""Where a text may be cut without changing its token count: after a newline that a printable
+ASCII character follows. No piece of cl100k's pre-tokenizer spans that point (no piece
+starts with a newline and goes on into a non-space character, and whitespace runs that end
+in a newline end there), and BPE merges only within a piece, so the count of a text is the
+sum of its chunks' counts (``tests/harness/test_token_chunks.py`` checks it against whole
+encodings)."""
+
+
+def chunked_counter(
+    encode: Callable[[str], int],
+    *,
+    min_chars: int = 256,
+    max_chunk: int = 4096,
+    max_cache: int = 50_000,
+) -> Callable[[str], int]:
+    """``encode`` over a text's line chunks, each chunk counted once and remembered: the
+    same lines recur in every call of a session (system prompt, tool results, earlier
+    turns), and encoding is what exact counting costs. Texts under ``min_chars`` and chunks
+    over ``max_chunk`` characters are encoded as they are; the cache is emptied when it
+    holds ``max_cache`` chunks."""
+    cache: dict[str, int] = {}
+
+    def count(text: str) -> int:
+        if len(text) < min_chars:
+            return encode(text)
+        n = 0
+        for part in _CUT.split(text):
+            if len(part) > max_chunk:
+                n += encode(part)
+                continue
+            hit = cache.get(part)
+            if hit is None:
+                if len(cache) >= max_cache:
+                    cache.clear()
+                hit = cache[part] = encode(part)
+            n += hit
+        return n
+
+    return count
 
 
 class TokenCounter:

@@ -608,6 +608,7 @@ def cycle(
                 since_last=f"cycle:{env}" if since_last else None,
                 layers=LayerRouting(env=plugin),
                 on_progress=judged,
+                on_phase=lambda line: status.update(f"evolve cycle ({plugin.name}): {line}"),
                 promotion=promotion,
                 replay_env=plugin,
                 skills=learning,

@@ -22,6 +22,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from evoharness.harness.errors import ConfigError
+from evoharness.sdk.cli.error_line import DEBUG_ENV
 
 __all__ = [
     "HOME",
@@ -47,6 +48,7 @@ __all__ = [
     "TaskLimitOption",
     "ToleranceOption",
     "TraceDbOption",
+    "TracebackOption",
     "check_number",
     "finite_numbers",
     "grouped",
@@ -293,3 +295,12 @@ def _finite(param: Any, process: Callable[[Any, Any], Any]) -> Callable[[Any, An
         return process(ctx, value)
 
     return process_value
+
+
+TracebackOption = Annotated[
+    bool,
+    typer.Option("--verbose", help=f"Print the traceback behind an error line (or {DEBUG_ENV}=1)."),
+]
+"""``--verbose`` on an SDK command: the CLI boundary prints the traceback behind the error
+line (the boundary reads the flag from the command line; the root's ``evoharness
+--verbose`` means the same)."""

@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from evoharness.harness.errors import ConfigError
 from evoharness.sdk.cli.console import console, progress_bar
-from evoharness.sdk.cli.error_line import DEBUG_ENV, wants_traceback
+from evoharness.sdk.cli.error_line import wants_traceback
 from evoharness.sdk.cli.options import (
     TRACE_DB,
     ApiKeyEnvOption,
@@ -22,6 +22,7 @@ from evoharness.sdk.cli.options import (
     ConcurrencyOption,
     EnvOption,
     TaskLimitOption,
+    TracebackOption,
     TraceDbOption,
 )
 
@@ -213,13 +214,7 @@ def run(
     preflight: Annotated[
         bool, typer.Option(help="Check the model endpoint answers before starting tasks.")
     ] = True,
-    verbose: Annotated[
-        bool,
-        typer.Option(
-            "--verbose",
-            help=f"Print the traceback behind an error line (or {DEBUG_ENV}=1).",
-        ),
-    ] = False,
+    verbose: TracebackOption = False,
 ) -> int:
     """Run an environment's split through create_agent and print a results table.
 

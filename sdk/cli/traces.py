@@ -22,7 +22,7 @@ from rich.tree import Tree
 
 from evoharness.harness.errors import ConfigError
 from evoharness.sdk.cli.console import console, progress_bar
-from evoharness.sdk.cli.options import TRACE_DB, TagOption, TraceDbOption
+from evoharness.sdk.cli.options import TRACE_DB, TagOption, TracebackOption, TraceDbOption
 from evoharness.sdk.cli.stores import trace_store
 
 if TYPE_CHECKING:  # imported where they run: --help needs none of them
@@ -217,8 +217,10 @@ def export(
     timeout: Annotated[
         float, typer.Option(min=0.0, help="Give up after this many seconds")
     ] = 120.0,
+    verbose: TracebackOption = False,
 ) -> None:
     """Send everything pending to Langfuse (LANGFUSE_PUBLIC_KEY/SECRET_KEY/BASE_URL)."""
+    del verbose  # read by the CLI boundary from the command line
     from evoharness.harness.tracing.langfuse_export import LangfuseExporter
 
     with closing(_open(db)) as store:

@@ -74,3 +74,17 @@ def test_run_verbose_as_a_subprocess(tmp_path: Path) -> None:
     assert len(error_lines(quiet.stderr)) == 1 and "Traceback" not in quiet.stderr
     assert "Traceback (most recent call last):" in loud.stderr
     assert error_lines(loud.stderr)[-1] == error_lines(quiet.stderr)[0]
+
+
+def test_traces_export_takes_verbose_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "not-a-store.db"
+    bad.write_bytes(b"\x00\x01 not sqlite " * 64)
+    argv = ["traces", "export", "--db", str(bad), "--timeout", "1"]
+    assert main(argv) == 2
+    (line,) = error_lines(capsys.readouterr().err)
+    assert main([*argv, "--verbose"]) == 2
+    err = capsys.readouterr().err
+    assert "No such option" not in err and "Traceback (most recent call last):" in err
+    assert error_lines(err)[-1] == line

@@ -289,7 +289,6 @@ def bench_learn(
 ) -> None:
     """Own traffic -> harness, memory, prompt, rejection-sampling SFT, DPO, round 2 (paired)."""
     from evoharness.evolve.benchmarks import learn
-    from evoharness.harness import ConfigError
 
     given: dict[str, Any] = {
         "guard_tasks": guard_tasks,
@@ -299,18 +298,16 @@ def bench_learn(
         "sft_steps": sft_steps,
         "dpo_steps": dpo_steps,
     }
-    try:
-        learn.run(
-            env=env,
-            model=model,
-            tasks=tasks,
-            workdir=workdir,
-            echo=lambda line: console.print(line, markup=False, soft_wrap=True),
-            **given,
-        )
-    except ConfigError as exc:  # a missing package or a work dir of other settings: one line
-        typer.echo(f"bench learn: {exc}", err=True)
-        raise typer.Exit(2) from None
+    # a missing package (or a work dir of other settings) is a ConfigError: the CLI prints it
+    # as one line naming the install, exit 2
+    learn.run(
+        env=env,
+        model=model,
+        tasks=tasks,
+        workdir=workdir,
+        echo=lambda line: console.print(line, markup=False, soft_wrap=True),
+        **given,
+    )
 
 
 # Register new benchmarks above this line (one ``@app.command("<name>")`` function each).

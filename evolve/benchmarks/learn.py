@@ -59,9 +59,9 @@ from evoharness.evolve.benchmarks.bfcl import (
     BatchingPool,
     Layer,
     TokenLoRA,
+    layer_row,
     paired_p,
     read_results,
-    wilson,
 )
 from evoharness.evolve.environment import (
     build_judge,
@@ -70,6 +70,7 @@ from evoharness.evolve.environment import (
     load_plugin,
     runtime_of,
 )
+from evoharness.evolve.prompting.evaluation import Prompted
 from evoharness.evolve.prompting.reflect import LLMReflector
 from evoharness.evolve.weights import (
     DPORunConfig,
@@ -86,7 +87,7 @@ from evoharness.evolve.weights import (
 )
 from evoharness.harness import ConfigError
 from evoharness.harness.tracing import Tracer, TraceStore
-from evoharness.sdk.environment import Environment, TaskSpec
+from evoharness.sdk.environment import TaskSpec
 from evoharness.sdk.memory import MemoryStore
 from evoharness.sdk.registry import Registry, open_registry
 from evoharness.sdk.runner import TaskResult, run_tasks, write_results
@@ -218,21 +219,6 @@ def _quiet_libraries() -> None:
     logging.disable_progress_bar()
 
 
-class _Prompted:
-    """An environment with another system prompt (everything else delegated)."""
-
-    def __init__(self, env: Environment, prompt: str) -> None:
-        self._env = env
-        self._prompt = prompt
-        self.name = env.name
-
-    def system_prompt(self) -> str:
-        return self._prompt
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._env, name)
-
-
 def p0_failed(r: TaskResult) -> bool:
     """A P0 failure: a crashed run, a call of a function not offered (BFCL), a fabricated
     item (shop)."""
@@ -280,22 +266,13 @@ def learn_table(layers: Sequence[Layer]) -> list[str]:
         "  tokens   time  kept"
     ]
     for i, layer in enumerate(layers):
-        k, n = sum(r.success for r in layer.test), len(layer.test)
-        lo, hi = wilson(k, n)
-        tokens = sum(r.input_tokens + r.output_tokens for r in layer.test) / max(n, 1)
-        p = "-" if layer.p_value is None else f"{layer.p_value:.2g}"
-        moved = "-"
-        if i:
-            pairs = list(zip(layer.test, layers[i - 1].test, strict=True))
-            won = sum(a.success and not b.success for a, b in pairs)
-            lost = sum(b.success and not a.success for a, b in pairs)
-            moved = f"+{won}/-{lost}"
-        g = sum(r.success for r in layer.guard)
-        p0 = sum(p0_failed(r) for r in layer.test)
+        r = layer_row(layers, i)
+        p0 = sum(p0_failed(x) for x in layer.test)
         lines.append(
-            f"  {layer.name:<8} {k:>3}/{n:<3} {k / max(n, 1):.3f} [{lo:.2f}, {hi:.2f}]"
-            f"  {moved:>9}  {p:>9}  {p0:>7}  {g:>3}/{len(layer.guard):<3} {layer.new_p0:>6}"
-            f"  {tokens:>6.0f}  {layer.seconds:>5.0f}s  {'yes' if layer.kept else 'no'}"
+            f"  {layer.name:<8} {r.k:>3}/{r.n:<3} {r.k / max(r.n, 1):.3f} [{r.lo:.2f}, {r.hi:.2f}]"
+            f"  {r.moved:>9}  {r.p:>9}  {p0:>7}  {r.guard:>3}/{len(layer.guard):<3} "
+            f"{layer.new_p0:>6}  {r.tokens:>6.0f}  {layer.seconds:>5.0f}s  "
+            f"{'yes' if layer.kept else 'no'}"
         )
     return lines
 
@@ -421,7 +398,7 @@ class Chain:
             arts.append(MemorySource(self.registry, self.memory_name))
         env: Any = self.world
         if "prompt" in kept:
-            env = _Prompted(self.world, self.prompt_text)
+            env = Prompted(self.world, self.prompt_text)
         return env, arts
 
     def evaluate(
@@ -842,7 +819,7 @@ def run(
         chain.add(
             "prompt",
             f"{len(rules)} rules, {model} as LLMReflector",
-            _Prompted(world, chain.prompt_text),
+            Prompted(world, chain.prompt_text),
             artifacts=arts,
             same_as=chain.last_kept() if not rules else None,
         )

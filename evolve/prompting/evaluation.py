@@ -38,6 +38,7 @@ __all__ = [
     "MemoryPin",
     "PairedEvaluation",
     "PairedReport",
+    "Prompted",
     "RunRecord",
     "SplitComparison",
     "close_worker_caches",
@@ -207,8 +208,9 @@ def close_worker_caches() -> None:
         _ENVS.clear()
 
 
-class _Prompted:
-    """An environment whose system prompt is one prompt version's text."""
+class Prompted:
+    """An environment whose system prompt is one prompt version's text (everything else
+    delegated to ``env``)."""
 
     def __init__(self, env: Any, prompt: str) -> None:
         self._env = env
@@ -262,7 +264,7 @@ def run_item(item: EvalItem) -> RunRecord:
     )
     result = asyncio.run(
         run_task(
-            _Prompted(env, item.prompt_text),
+            Prompted(env, item.prompt_text),
             task,
             model=env.offline_model(),
             middleware=env.harness_middleware() if item.harness else (),

@@ -309,9 +309,12 @@ async def run_plugin_cycle(
     """:func:`run_cycle` over ``store``'s traces (those tagged ``tags``, all without) with
     ``plugin``'s judge, rubrics and memory proposer, scores written back to ``store``;
     ``options`` are :func:`run_cycle`'s (``promotion``, ``skills``, ``owns``, ...)."""
+    where = options.pop("where", None)
+    if tags:
+        where = (where or EpisodeFilter()).model_copy(update={"tags": tags})
     return await run_cycle(
         LocalTraceSource(store),
-        where=EpisodeFilter(tags=tags) if tags else options.pop("where", None),
+        where=where,
         grader=build_judge(plugin),
         rubrics=build_rubrics(plugin),
         state=state,

@@ -51,8 +51,9 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
-from evoharness.evolve import EpisodeFilter, EvolveState, LocalTraceSource, run_cycle
-from evoharness.evolve.environment import build_judge, build_proposer, build_rubrics, load_plugin
+from evoharness.evolve import EpisodeFilter, EvolveState, LocalTraceSource
+from evoharness.evolve.cycle import run_plugin_cycle
+from evoharness.evolve.environment import load_plugin
 from evoharness.evolve.prompting.evaluation import mcnemar_exact
 from evoharness.evolve.prompting.reflect import LLMReflector
 from evoharness.evolve.weights import (
@@ -515,16 +516,7 @@ def run(
         state = EvolveState(work / "evolve.db")
         memory = MemoryStore(work / "memory.db", registry=registry, name=MEMORY)
         cycle = asyncio.run(
-            run_cycle(
-                LocalTraceSource(store),
-                where=EpisodeFilter(tags=["bfcl-traffic"]),
-                grader=build_judge(plugin),
-                rubrics=build_rubrics(plugin),
-                state=state,
-                memory=memory,
-                proposer=build_proposer(plugin),
-                scores_to=store,
-            )
+            run_plugin_cycle(plugin, store, state=state, memory=memory, tags=["bfcl-traffic"])
         )
         timings["cycle"] = time.perf_counter() - t0
         lessons = sorted({e.summary for e in memory.entries().values() if e.kind == "lesson"})

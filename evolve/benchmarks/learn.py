@@ -52,7 +52,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict
 
-from evoharness.evolve import EpisodeFilter, EvolveState, LocalTraceSource, run_cycle
+from evoharness.evolve import EpisodeFilter, EvolveState, LocalTraceSource
 from evoharness.evolve.benchmarks.bfcl import ENV as BFCL_ENV
 from evoharness.evolve.benchmarks.bfcl import (
     TOOL_CALL_TOKENS,
@@ -63,10 +63,8 @@ from evoharness.evolve.benchmarks.bfcl import (
     paired_p,
     read_results,
 )
+from evoharness.evolve.cycle import run_plugin_cycle
 from evoharness.evolve.environment import (
-    build_judge,
-    build_proposer,
-    build_rubrics,
     load_plugin,
     runtime_of,
 )
@@ -519,15 +517,12 @@ class Chain:
                 self.work / "memory.db", registry=self.registry, name=self.memory_name
             )
             cycle = asyncio.run(
-                run_cycle(
-                    LocalTraceSource(self.store),
-                    where=EpisodeFilter(tags=["learn-traffic"]),
-                    grader=build_judge(self.plugin),
-                    rubrics=build_rubrics(self.plugin),
+                run_plugin_cycle(
+                    self.plugin,
+                    self.store,
                     state=EvolveState(self.work / "evolve.db"),
                     memory=memory,
-                    proposer=build_proposer(self.plugin),
-                    scores_to=self.store,
+                    tags=["learn-traffic"],
                 )
             )
             lessons = sorted({e.summary for e in memory.entries().values() if e.kind == "lesson"})

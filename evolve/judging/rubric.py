@@ -93,11 +93,14 @@ class Rubric(BaseModel):
         return next((i for i in self.items if i.id == item_id), None)
 
 
+_TABLE = json.loads(files(__package__).joinpath("data/rubric_items.json").read_text())
+"""The rule rubric's item table (data, so that ids, weights, descriptions and hints are read
+and reviewed as a table), read once."""
+
+
 def _items(part: str) -> tuple[RubricItem, ...]:
-    """One part of the rule rubric's item table (``data/rubric_items.json``: data, so that
-    ids, weights, descriptions and hints are read and reviewed as a table)."""
-    table = json.loads(files(__package__).joinpath("data/rubric_items.json").read_text())
-    return tuple(RubricItem.model_validate(row) for row in table[part])
+    """One part of :data:`_TABLE`."""
+    return tuple(RubricItem.model_validate(row) for row in _TABLE[part])
 
 
 # Generic signals: judged from the trace alone (no checker, no model). Failing any

@@ -12,9 +12,8 @@ import pytest
 import returns_app
 
 from evoharness.evolve.cli import main
-from evoharness.evolve.cycle import run_cycle
-from evoharness.evolve.environment import build_judge, build_proposer, build_rubrics, load_plugin
-from evoharness.evolve.episodes.traces import LocalTraceSource
+from evoharness.evolve.cycle import run_plugin_cycle
+from evoharness.evolve.environment import load_plugin
 from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.promotion import GateConfig, Promotion, artifact_evaluator
 from evoharness.harness.tracing import TraceStore
@@ -35,13 +34,12 @@ def test_the_shops_memory_candidate_gets_a_paired_replay(tmp_path: Path) -> None
         closing(MemoryStore(tmp_path / "memory.db", registry=registry)) as memory,
     ):
         report = asyncio.run(
-            run_cycle(
-                LocalTraceSource(store),
-                grader=build_judge(plugin),
-                rubrics=build_rubrics(plugin),
+            run_plugin_cycle(
+                plugin,
+                store,
                 state=state,
                 memory=memory,
-                proposer=build_proposer(plugin),
+                scores_to=None,
                 owns=plugin.owns,
                 promotion=Promotion(gate=gate),
                 replay_env=plugin,

@@ -47,15 +47,15 @@ def test_the_tiny_chain_runs_every_layer_and_resumes(
 
     monkeypatch.setattr(learn, "sampling_model", half_oracle)
     lines: list[str] = []
-    out = learn.run(
-        env="bfcl",
-        model="tiny",
-        tasks=3,
-        guard_tasks=2,
-        train_tasks=3,
-        workdir=tmp_path,
-        echo=lines.append,
-    )
+    settings: dict[str, Any] = {
+        "env": "bfcl",
+        "model": "tiny",
+        "tasks": 3,
+        "guard_tasks": 2,
+        "train_tasks": 3,
+        "workdir": tmp_path,
+    }
+    out = learn.run(**settings, echo=lines.append)
     text = "\n".join(lines)
     assert "SIMULATED" in lines[0] and "untrained" in lines[0]
     assert LAST.match(lines[-1]), lines[-1]
@@ -72,18 +72,7 @@ def test_the_tiny_chain_runs_every_layer_and_resumes(
         assert (tmp_path / step).exists(), step
     # a rerun reuses every cached step: same numbers, no new adapter version
     again: list[str] = []
-    assert (
-        learn.run(
-            env="bfcl",
-            model="tiny",
-            tasks=3,
-            guard_tasks=2,
-            train_tasks=3,
-            workdir=tmp_path,
-            echo=again.append,
-        )
-        == out
-    )
+    assert learn.run(**settings, echo=again.append) == out
     assert again[-1] == lines[-1] and "-> v3" in "\n".join(again)
 
 

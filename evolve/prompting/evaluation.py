@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib
 import json
 import threading
 import uuid
@@ -29,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evoharness.evolve.prompting.paired import SplitComparison, compare, mcnemar_exact
 from evoharness.harness.errors import ConfigError
 from evoharness.sdk.sqlite import open_sqlite
 
@@ -330,41 +330,6 @@ class EvalResults:
             self._conn.close()
 
 
-# -- statistics ------------------------------------------------------------------------------
-def mcnemar_exact(wins: int, losses: int) -> float:
-    """One-sided exact McNemar p-value that the candidate is better: the binomial test of
-    ``wins`` (candidate succeeded, control failed) among the discordant pairs (scipy)."""
-    # scipy ships no type stubs; the module is read through importlib (typed as Any)
-    binomtest = importlib.import_module("scipy.stats").binomtest
-    n = wins + losses
-    if n == 0:
-        return 1.0
-    return float(binomtest(wins, n, 0.5, alternative="greater").pvalue)
-
-
-class SplitComparison(BaseModel):
-    """The paired comparison on one split."""
-
-    split: str
-    tasks: int
-    control_success: float
-    candidate_success: float
-    wins: int
-    """Tasks the candidate solved and the control did not."""
-    losses: int
-    """Tasks the control solved and the candidate did not."""
-    p_value: float
-    control_score: float
-    candidate_score: float
-    p0_regressions: list[str] = Field(default_factory=list)
-    """Task ids with a P0 failure under the candidate and none under the control."""
-
-    @property
-    def gain(self) -> float:
-        """Candidate minus control success rate."""
-        return self.candidate_success - self.control_success
-
-
 class PairedReport(BaseModel):
     """The outcome of a paired evaluation."""
 
@@ -387,24 +352,6 @@ class PairedReport(BaseModel):
     def rollouts(self) -> int:
         """All runs of the evaluation (executed now or before)."""
         return self.ran + self.reused
-
-
-def _compare(split: str, pairs: list[tuple[RunRecord, RunRecord]]) -> SplitComparison:
-    n = max(len(pairs), 1)
-    wins = sum(b.success and not a.success for a, b in pairs)
-    losses = sum(a.success and not b.success for a, b in pairs)
-    return SplitComparison(
-        split=split,
-        tasks=len(pairs),
-        control_success=sum(a.success for a, _ in pairs) / n,
-        candidate_success=sum(b.success for _, b in pairs) / n,
-        wins=wins,
-        losses=losses,
-        p_value=mcnemar_exact(wins, losses),
-        control_score=sum(a.score for a, _ in pairs) / n,
-        candidate_score=sum(b.score for _, b in pairs) / n,
-        p0_regressions=[a.task_id for a, b in pairs if b.p0 and not a.p0],
-    )
 
 
 class PairedEvaluation:
@@ -565,8 +512,8 @@ class PairedEvaluation:
                 (records[(split, t, control[0])], records[(split, t, candidate[0])]) for t in ids
             ]
 
-        v = _compare(val[0], pairs(*val))
-        g = _compare(guard[0], pairs(*guard)) if guard is not None else None
+        v = compare(val[0], pairs(*val))
+        g = compare(guard[0], pairs(*guard)) if guard is not None else None
         accepted, reason = self.decide(v, g)
         return PairedReport(
             eval_id=eval_id,

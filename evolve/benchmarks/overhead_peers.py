@@ -162,7 +162,7 @@ def _build(name: str, rounds: int, tmp: Path, counted: bool) -> Callable[[], Non
 
         return langfuse_handler
     if name == "openinference":
-        from openinference.instrumentation.langchain import (  # type: ignore[import-not-found]
+        from openinference.instrumentation.langchain import (  # type: ignore[import-not-found,unused-ignore]
             LangChainInstrumentor,
         )
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -245,7 +245,7 @@ def child(name: str, runs: int, rounds: int, *, timed: bool) -> None:
         run_once()  # warm-up: lazy imports, caches, first-call compilation
         gc.freeze()  # as the bench does: collections scan only what a run allocates
         if not timed:
-            _instrument("on")
+            instrument("on")
         cpu = []
         for _ in range(runs):
             gc.collect()
@@ -253,14 +253,14 @@ def child(name: str, runs: int, rounds: int, *, timed: bool) -> None:
             run_once()
             cpu.append(time.process_time() - start)
         if not timed:
-            _instrument("off")
+            instrument("off")
         else:
             sys.stdout.write(json.dumps(cpu) + "\n")
         sys.stdout.flush()
         os._exit(0)  # exporters' and handlers' exit hooks are not the loop's cost
 
 
-def _instrument(state: str) -> None:
+def instrument(state: str) -> None:
     """Switch this process's callgrind instrumentation on or off (every thread's).
 
     Imports, construction and the warm-up run execute uninstrumented — several times

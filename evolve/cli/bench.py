@@ -58,6 +58,19 @@ def bench_tracing(
     tracing.run(total=observations, outage_s=outage_s, echo=console.print)
 
 
+@app.command("export-growth")
+def bench_export_growth(
+    rounds: Annotated[
+        list[int] | None,
+        typer.Option(min=1, help="Session lengths (repeatable); default 10, 50, 200, 800."),
+    ] = None,
+) -> None:
+    """Export cost per round into Langfuse as one session gets longer (callgrind when present)."""
+    from evoharness.evolve.benchmarks import export_growth
+
+    export_growth.run(rounds=rounds or export_growth.ROUNDS, echo=console.print)
+
+
 @app.command("context")
 def bench_context(
     rounds: Annotated[int, typer.Option(min=10)] = 200,

@@ -64,6 +64,8 @@ class LangfuseStandIn:
             start_ns, end_ns, scope, attributes).
         scores: Received scores by id.
         requests: Count of export requests per path (including rejected ones).
+        received_bytes: Request body bytes per path, as they arrived (gzip included).
+        otlp_bytes: Bytes of the OTLP requests accepted, after gzip inflation.
         auth: The Basic-auth credentials seen last (``public_key:secret_key``).
     """
 
@@ -72,6 +74,8 @@ class LangfuseStandIn:
         self.spans: dict[str, dict[str, Any]] = {}
         self.scores: dict[str, dict[str, Any]] = {}
         self.requests: dict[str, int] = {}
+        self.received_bytes: dict[str, int] = {}
+        self.otlp_bytes = 0
         self.auth: str | None = None
         self.fail_next: int = 0  # answer the next N export requests with 503
         self.reject_scores: dict[str, str] = {}  # score id -> error: answered with 207
@@ -443,6 +447,9 @@ class _Handler(_PromptRoutes, BaseHTTPRequestHandler):
         path = urlparse(self.path).path
         self._count(path)
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        with self.owner._lock:
+            received = self.owner.received_bytes
+            received[path] = received.get(path, 0) + len(body)
         if not self._authorized():
             return
         with self.owner._lock:
@@ -458,6 +465,8 @@ class _Handler(_PromptRoutes, BaseHTTPRequestHandler):
             from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
             self.owner.ingest_otlp(body)
+            with self.owner._lock:
+                self.owner.otlp_bytes += len(body)
             self._reply(
                 200,
                 trace_service_pb2.ExportTraceServiceResponse().SerializeToString(),

@@ -21,12 +21,12 @@ Offline runs here are untraced: they never enter the production trace store.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from evoharness.evolve._harnessed import run_harnessed
 from evoharness.evolve.environment import EvolveEnvironment
 from evoharness.evolve.judging.rubric import BASE_ITEMS
 from evoharness.evolve.prompting.evaluation import mcnemar_exact
@@ -36,7 +36,6 @@ from evoharness.sdk.memory.entries import MEMORY
 from evoharness.sdk.registry import Registry
 from evoharness.sdk.registry.guard_rules import GUARD_RULES, rules_of
 from evoharness.sdk.rollout import DEFAULT_STAGES, RolloutController
-from evoharness.sdk.runner import run_tasks
 from evoharness.sdk.session import (
     ArtifactSource,
     GuardRulesSource,
@@ -331,15 +330,8 @@ def replay(
     """Run the first ``limit`` tasks of ``split`` through the environment's harness (the
     same tasks every call), untraced, and score each with its checker."""
     tasks = list(runtime.tasks(split))[:limit]
-    results = asyncio.run(
-        run_tasks(
-            runtime,
-            tasks,
-            model_factory=model_factory,
-            middleware_factory=runtime.harness_middleware,
-            concurrency=concurrency,
-            artifacts=artifacts,
-        )
+    results = run_harnessed(
+        runtime, tasks, model_factory=model_factory, concurrency=concurrency, artifacts=artifacts
     )
     return EvalResult(
         tasks={

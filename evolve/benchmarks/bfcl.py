@@ -52,6 +52,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel
 
 from evoharness.evolve import EpisodeFilter, EvolveState, LocalTraceSource
+from evoharness.evolve._harnessed import run_harnessed
 from evoharness.evolve.cycle import run_plugin_cycle
 from evoharness.evolve.environment import load_plugin
 from evoharness.evolve.prompting.evaluation import mcnemar_exact
@@ -70,7 +71,7 @@ from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import Environment, TaskSpec
 from evoharness.sdk.memory import MemoryStore
 from evoharness.sdk.registry import open_registry
-from evoharness.sdk.runner import TaskResult, run_tasks, write_results
+from evoharness.sdk.runner import TaskResult, write_results
 from evoharness.sdk.serving.base_models import QWEN_CODER, quiet_threads
 from evoharness.sdk.serving.local import BASE, AdapterPool, LocalChatModel
 from evoharness.sdk.session import ArtifactSource, MemorySource
@@ -419,19 +420,16 @@ def run(
                 if done[0] % 10 == 0:
                     echo(f"    {label}: {done[0]}/{len(tasks)}")
 
-            results = asyncio.run(
-                run_tasks(
-                    env,
-                    tasks,
-                    model_factory=model,
-                    middleware_factory=env.harness_middleware,
-                    concurrency=batch,
-                    max_model_calls=4,
-                    tracer=Tracer(store),
-                    tags=["bfcl-bench", label, *tags],
-                    artifacts=artifacts,
-                    on_result=progress,
-                )
+            results = run_harnessed(
+                env,
+                tasks,
+                model_factory=model,
+                concurrency=batch,
+                max_model_calls=4,
+                tracer=Tracer(store),
+                tags=["bfcl-bench", label, *tags],
+                artifacts=artifacts,
+                on_result=progress,
             )
             store.flush(30)
             return results

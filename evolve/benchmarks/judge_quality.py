@@ -29,6 +29,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
+from evoharness.evolve._harnessed import run_harnessed
 from evoharness.evolve.environment import GENERIC, build_judge, build_rubrics, load_plugin
 from evoharness.evolve.episodes.traces import LocalTraceSource
 from evoharness.evolve.judging.jobs import judge_episodes
@@ -36,7 +37,7 @@ from evoharness.evolve.judging.judge import Judge, RuleJudge, check_leaks, check
 from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.routing.pools import RouteConfig
 from evoharness.harness.tracing import Tracer, TraceStore
-from evoharness.sdk.runner import TaskResult, run_tasks
+from evoharness.sdk.runner import TaskResult
 from evoharness.sdk.testing import ScriptedChatModel
 
 
@@ -85,16 +86,8 @@ def build_set(store: TraceStore, *, policy_tasks: int = 48, per_kind: int = 8) -
     kinds: dict[str, str] = {}
 
     def run(tasks: Sequence[Any], factory: Callable[[], Any], tag: str) -> list[TaskResult]:
-        return asyncio.run(
-            run_tasks(
-                world,
-                tasks,
-                model_factory=factory,
-                middleware_factory=world.harness_middleware,
-                tracer=tracer,
-                tags=["judge-quality", tag],
-                concurrency=8,
-            )
+        return run_harnessed(
+            world, tasks, model_factory=factory, tracer=tracer, tags=["judge-quality", tag]
         )
 
     for r in run(tasks[:policy_tasks], world.offline_model, "policy"):

@@ -53,6 +53,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
+from evoharness.evolve._harnessed import run_harnessed
 from evoharness.evolve.cycle import CycleReport, run_plugin_cycle
 from evoharness.evolve.environment import (
     EvolveEnvironment,
@@ -66,7 +67,6 @@ from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.harness.tracing.store import RecordKind
 from evoharness.sdk.environment import load_environment
 from evoharness.sdk.memory import MemoryEntry, MemoryRetriever, MemoryStore
-from evoharness.sdk.runner import run_tasks
 
 Echo = Callable[[str], None]
 RARE_TAG = "scale-tagged"
@@ -143,16 +143,7 @@ def record(path: Path, tasks: int, echo: Echo = print) -> int:
     store = TraceStore(path)
     env = load_environment("shop", faults="none", seed=0)
     chosen = list(env.tasks("train"))[:tasks]
-    results = asyncio.run(
-        run_tasks(
-            env,
-            chosen,
-            model_factory=env.offline_model,
-            middleware_factory=env.harness_middleware,
-            tracer=Tracer(store),
-            tags=["scale-bench"],
-        )
-    )
+    results = run_harnessed(env, chosen, tracer=Tracer(store), tags=["scale-bench"])
     store.flush(60)
     store.close()
     echo(f"recorded {len(results)} shop sessions ({sum(r.success for r in results)} solved)")

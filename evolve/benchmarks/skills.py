@@ -44,6 +44,7 @@ from evoharness.evolve import (
     LocalTraceSource,
     judge_episodes,
 )
+from evoharness.evolve._harnessed import run_harnessed
 from evoharness.evolve.cycle import CycleReport, run_plugin_cycle
 from evoharness.evolve.environment import (
     build_judge,
@@ -66,7 +67,7 @@ from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.harness.tracing.provenance import OFFLINE_TAG
 from evoharness.sdk.memory import MEMORY, MemoryStore
 from evoharness.sdk.registry import open_registry
-from evoharness.sdk.runner import TaskResult, run_tasks
+from evoharness.sdk.runner import TaskResult
 from evoharness.sdk.session import ArtifactSource, MemorySource, SkillsSource
 from evoharness.sdk.skills import SkillVersions, workflow_of
 from evoharness.sdk.testing import ScriptedChatModel
@@ -182,17 +183,14 @@ def run_env(
     def run(
         tasks: Sequence[Any], tags: list[str], artifacts: Sequence[ArtifactSource] = ()
     ) -> list[TaskResult]:
-        return asyncio.run(
-            run_tasks(
-                world,
-                tasks,
-                model_factory=model,
-                middleware_factory=world.harness_middleware,
-                concurrency=concurrency,
-                tracer=tracer,
-                tags=tags,
-                artifacts=artifacts,
-            )
+        return run_harnessed(
+            world,
+            tasks,
+            model_factory=model,
+            concurrency=concurrency,
+            tracer=tracer,
+            tags=tags,
+            artifacts=artifacts,
         )
 
     echo(f"[{name}] train: {len(train)} tasks (SIMULATED policy)")

@@ -38,7 +38,6 @@ trl_tokens_per_s=…``.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +46,7 @@ from typing import Any
 from langchain_core.messages import AIMessage
 from pydantic import BaseModel
 
+from evoharness.evolve._harnessed import run_harnessed
 from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, LocalTraceSource
 from evoharness.evolve.weights.config import DPORunConfig, SFTRunConfig
 from evoharness.evolve.weights.datasets import Gates, tool_schemas
@@ -63,7 +63,7 @@ from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.harness.tracing.provenance import OFFLINE_TAG
 from evoharness.sdk.environment import Environment, TaskSpec, load_environment
 from evoharness.sdk.registry import open_registry
-from evoharness.sdk.runner import TaskResult, run_tasks
+from evoharness.sdk.runner import TaskResult
 from evoharness.sdk.serving.base_models import SMOLLM2, load_tokenizer, quiet_threads
 from evoharness.sdk.serving.local import BASE, AdapterPool, LocalChatModel
 
@@ -132,16 +132,7 @@ def _simulate(
     env: Environment, tasks: list[TaskSpec], tracer: Tracer | None, tags: list[str]
 ) -> list[TaskResult]:
     """The environment's SIMULATED offline policy on ``tasks`` through the harness."""
-    return asyncio.run(
-        run_tasks(
-            env,
-            tasks,
-            model_factory=env.offline_model,
-            middleware_factory=env.harness_middleware,
-            tracer=tracer,
-            tags=tags,
-        )
-    )
+    return run_harnessed(env, tasks, tracer=tracer, tags=tags)
 
 
 def simulate_goodcases(
@@ -212,30 +203,24 @@ def _evaluate(
             )
 
         started = time.perf_counter()
-        (result,) = asyncio.run(
-            run_tasks(
-                env,
-                [task],
-                model_factory=model,
-                middleware_factory=env.harness_middleware,
-                concurrency=1,
-                max_model_calls=max_calls,
-                tracer=Tracer(store),
-                tags=[OFFLINE_TAG, "weights-eval", version],  # a gate's run: offline
-            )
+        (result,) = run_harnessed(
+            env,
+            [task],
+            model_factory=model,
+            concurrency=1,
+            max_model_calls=max_calls,
+            tracer=Tracer(store),
+            tags=[OFFLINE_TAG, "weights-eval", version],  # a gate's run: offline
         )
         store.flush(10)
         episode = _episode(store, version, result)
         tools = episode.tool_calls if episode is not None else []
         row = TaskRow(
-            task_id=task.task_id,
-            success=result.success,
-            score=result.score,
+            **result.model_dump(include={"task_id", "success", "score", "failures"}),
             replies=stats.replies,
             valid_replies=stats.valid,
             tool_calls=len(tools),
             tools_ok=sum(not t.error for t in tools),
-            failures=result.failures,
         )
         echo(
             f"    {version} {task.task_id}: {row.cell()} "

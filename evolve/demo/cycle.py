@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from evoharness.evolve._harnessed import run_harnessed
 from evoharness.evolve.cycle import CycleReport, run_plugin_cycle
 from evoharness.evolve.environment import (
     build_judge,
@@ -25,7 +26,7 @@ from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import Environment
 from evoharness.sdk.memory import MemoryEntry, MemoryStore
 from evoharness.sdk.registry import GuardRuleVersions, open_registry
-from evoharness.sdk.runner import RunReport, TaskResult, run_tasks
+from evoharness.sdk.runner import RunReport, TaskResult
 from evoharness.sdk.session import ArtifactSource, GuardRulesSource, MemorySource
 
 
@@ -87,17 +88,14 @@ def run_demo(
         """The tasks through create_evo_agent; harnessed runs get the door's artifacts."""
         if on_phase is not None:
             on_phase(f"running {len(tasks)} tasks: {' '.join(tags)}")
-        return asyncio.run(
-            run_tasks(
-                e,
-                tasks,
-                model_factory=e.offline_model,
-                middleware_factory=e.harness_middleware if harness else None,
-                concurrency=concurrency,
-                tracer=tracer,
-                tags=tags,
-                artifacts=door if harness else (),
-            )
+        return run_harnessed(
+            e,
+            tasks,
+            harness=harness,
+            concurrency=concurrency,
+            tracer=tracer,
+            tags=tags,
+            artifacts=door if harness else (),
         )
 
     results: list[tuple[str, list[TaskResult]]] = []

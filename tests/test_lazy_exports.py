@@ -5,6 +5,7 @@ imports, ``__all__``, the map handed to ``lazy_exports``) agree."""
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -16,42 +17,58 @@ from evoharness.harness.lazy_exports import lazy_exports
 ROOT = Path(__file__).resolve().parents[1]
 LAZY = [
     "harness/__init__.py",
+    "harness/breaker/__init__.py",
+    "harness/control/__init__.py",
+    "harness/governance/__init__.py",
+    "harness/hooks/__init__.py",
     "harness/tracing/__init__.py",
     "sdk/__init__.py",
     "evolve/__init__.py",
 ]
 
 
-def _lists(path: Path) -> tuple[set[tuple[str, str]], set[str], set[tuple[str, str]]]:
-    """(module, name) imported under TYPE_CHECKING; __all__; (module, name) in _EXPORTS."""
-    tree = ast.parse(path.read_text())
+def _typed(path: Path) -> set[tuple[str, str]]:
+    """(module, name) imported under TYPE_CHECKING; a ``*`` import of a lazy package stands
+    for the names in its ``__all__``."""
     typed: set[tuple[str, str]] = set()
-    exported: set[str] = set()
-    lazy: set[tuple[str, str]] = set()
-    for node in tree.body:
+    for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
             for imp in node.body:
                 assert isinstance(imp, ast.ImportFrom) and imp.module
-                typed |= {(imp.module, a.name) for a in imp.names}
-        elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id == "__all__":
-                exported = set(ast.literal_eval(node.value))
-            elif node.targets[0].id == "_EXPORTS":
-                lazy = {(m, n) for m, names in ast.literal_eval(node.value).items() for n in names}
-    return typed, exported, lazy
+                for alias in imp.names:
+                    names = (
+                        importlib.import_module(imp.module).__all__
+                        if alias.name == "*"
+                        else [alias.name]
+                    )
+                    typed |= {(imp.module, name) for name in names}
+    return typed
 
 
 @pytest.mark.parametrize("init", LAZY)
 def test_the_three_lists_of_exports_agree(init: str) -> None:
-    typed, exported, lazy = _lists(ROOT / init)
+    package = importlib.import_module(".".join(("evoharness", *Path(init).parent.parts)))
+    lazy = {(module, n) for module, names in package._EXPORTS.items() for n in names}
+    typed = _typed(ROOT / init)
     assert typed and typed == lazy
-    assert exported == {name for _, name in lazy}
+    assert sorted(package.__all__) == sorted(name for _, name in lazy)
+
+
+def test_the_harness_re_exports_its_sub_packages_lists() -> None:
+    import evoharness.harness as harness
+    from evoharness.harness import breaker, hooks
+
+    assert set(breaker.__all__) | set(hooks.__all__) <= set(harness.__all__)
+    assert harness.HookRegistry is hooks.HookRegistry
+    assert harness.CircuitBreakerMiddleware is breaker.CircuitBreakerMiddleware
 
 
 def test_importing_a_package_imports_none_of_its_modules() -> None:
     code = (
         "import sys\n"
         "import evoharness.harness, evoharness.sdk, evoharness.evolve\n"
+        "import evoharness.harness.breaker, evoharness.harness.control\n"
+        "import evoharness.harness.governance, evoharness.harness.hooks\n"
         "import evoharness.harness.tracing\n"
         "heavy = [m for m in sys.modules if m.split('.')[0] in ('langchain', 'langchain_core',"
         " 'langgraph', 'pydantic')]\n"

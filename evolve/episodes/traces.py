@@ -13,6 +13,7 @@ an outbox — read Langfuse there (see ``docs/tracing.md``).
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
@@ -89,6 +90,18 @@ class Episode(Versions):
 
 
 _VERSION_FILTERS = ("prompt_version", "policy_version", "rollout_arm", "adapter_version")
+_PUSHED_AS_IS = (
+    "since",
+    "until",
+    "status",
+    "session_id",
+    "user_id",
+    "tags",
+    "artifacts",
+    "metadata",
+    "newest_first",
+)
+"""The filter's fields a :class:`TraceQuery` has under the same name and meaning."""
 
 
 class EpisodeFilter(BaseModel):
@@ -135,19 +148,11 @@ class EpisodeFilter(BaseModel):
     def query(self) -> TraceQuery:
         """The local store query of this filter (all but the score range)."""
         return TraceQuery(
-            since=self.since,
-            until=self.until,
-            status=self.status,
-            session_id=self.session_id,
-            user_id=self.user_id,
-            tags=self.tags,
+            **{name: getattr(self, name) for name in _PUSHED_AS_IS},
             without_tags=() if self.include_offline else (OFFLINE_TAG,),
             versions={k: v for k in _VERSION_FILTERS if (v := getattr(self, k)) is not None},
-            artifacts=self.artifacts,
-            metadata=self.metadata,
             after_seq=None if self.after_cursor is None else int(self.after_cursor),
             upto_seq=None if self.upto_cursor is None else int(self.upto_cursor),
-            newest_first=self.newest_first,
             limit=None if self._scored() else self.limit,
         )
 
@@ -177,6 +182,10 @@ class EpisodeFilter(BaseModel):
             if wanted is not None and getattr(row, name) != wanted:
                 return False
         return all(row.artifacts.get(k) == v for k, v in self.artifacts.items())
+
+    def select(self, episodes: Iterable[Episode]) -> Iterator[Episode]:
+        """The episodes that pass the filter, at most ``limit`` (none read past the last)."""
+        return itertools.islice(filter(self.matches, episodes), self.limit)
 
     def matches(self, e: Episode) -> bool:
         """Whether ``e`` passes the filter."""
@@ -294,20 +303,17 @@ class LocalTraceSource:
 
     def episodes(self, where: EpisodeFilter | None = None) -> Iterator[Episode]:
         where = where or EpisodeFilter()
-        left = where.limit
-        rows = self.store.read(where.query())
+        yield from where.select(self._decoded(where.query()))
+
+    def _decoded(self, query: TraceQuery) -> Iterator[Episode]:
+        rows = self.store.read(query)
         while True:
             with gc_paused():  # decoding only: the caller's code runs with it on
                 row = next(rows, None)
                 episode = None if row is None else self.episode(*row)
             if episode is None:
                 return
-            if where.matches(episode):
-                yield episode
-                if left is not None:
-                    left -= 1
-                    if left == 0:
-                        return
+            yield episode
 
 
 class LangfuseTraceSource:
@@ -430,13 +436,9 @@ class LangfuseTraceSource:
             if (t := trace_from_root(root)) is not None and where.matches_trace(t)
         ]
         traces.sort(key=lambda t: (t.start_time, t.id), reverse=where.newest_first)
-        left = where.limit
-        for trace in traces:  # details only for traces that passed the filters
-            observations = [observation_from_api(o) for o in self._observations(trace_id=trace.id)]
-            episode = build_episode(trace, observations, self._scores(trace.id), judge=self.judge)
-            if where.matches(episode):
-                yield episode
-                if left is not None:
-                    left -= 1
-                    if left == 0:
-                        return
+        yield from where.select(self._episode(t) for t in traces)
+
+    def _episode(self, trace: Trace) -> Episode:
+        """``trace`` with its details (read only for traces that passed the filters)."""
+        observations = [observation_from_api(o) for o in self._observations(trace_id=trace.id)]
+        return build_episode(trace, observations, self._scores(trace.id), judge=self.judge)

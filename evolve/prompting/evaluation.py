@@ -277,16 +277,9 @@ def run_item(item: EvalItem) -> RunRecord:
     if store is not None:
         store.flush(60)
     return RunRecord(
-        split=item.split,
-        task_id=item.task_id,
-        version=item.version,
-        arm=item.arm,
-        success=result.success,
-        score=result.score,
+        **item.model_dump(include={"split", "task_id", "version", "arm"}),
+        **result.model_dump(include={"success", "score", "failures", "error", "trace_id"}),
         p0=bool(set(result.failures) & p0_ids) or result.error is not None,
-        failures=result.failures,
-        error=result.error,
-        trace_id=result.trace_id,
         tokens=result.input_tokens + result.output_tokens,
     )
 
@@ -445,7 +438,16 @@ class PairedEvaluation:
         splits: Sequence[tuple[str, Sequence[str]]],
     ) -> list[EvalItem]:
         """Every run of the evaluation, control and candidate interleaved per task."""
-        ref = f"prompt/{prompt}@v{candidate[0]}"
+        shared: dict[str, Any] = {  # the same for every run of the evaluation
+            "env": self.env,
+            "env_options": self.env_options,
+            "prompt_name": prompt,
+            "eval_id": eval_id,
+            "candidate_ref": f"prompt/{prompt}@v{candidate[0]}",
+            "trace_db": self.trace_db,
+            "memory": self.memory,
+            "harness": self.harness,
+        }
         out: list[EvalItem] = []
         for split, task_ids in splits:
             for task_id in task_ids:
@@ -454,19 +456,12 @@ class PairedEvaluation:
                         continue  # the same version twice (a plain measurement): one run
                     out.append(
                         EvalItem(
-                            env=self.env,
-                            env_options=self.env_options,
+                            **shared,
                             split=split,
                             task_id=task_id,
-                            prompt_name=prompt,
                             version=version,
                             prompt_text=text,
                             arm=arm,
-                            eval_id=eval_id,
-                            candidate_ref=ref,
-                            trace_db=self.trace_db,
-                            memory=self.memory,
-                            harness=self.harness,
                         )
                     )
         return out

@@ -36,7 +36,7 @@ from evoharness.evolve.prompting.gates import (
 from evoharness.evolve.prompting.reflect import LLMReflector, Reflector
 from evoharness.evolve.prompting.search import HarnessGEPAAdapter, SearchTask, gepa_search
 from evoharness.harness.errors import ConfigError
-from evoharness.sdk.prompts import PromptVersion, RegistryPromptStore
+from evoharness.sdk.prompts import PromptTemplate, PromptVersion, RegistryPromptStore
 from evoharness.sdk.registry import ArtifactNotFound, Registry
 from evoharness.sdk.rollout import DEFAULT_STAGES, RolloutController
 
@@ -340,6 +340,27 @@ def _no_run_side_note(env: str) -> str:
     )
 
 
+def _draft(
+    store: RegistryPromptStore,
+    prompt: str,
+    active: PromptVersion,
+    template: PromptTemplate,
+    rules: Sequence[str],
+    keys: Sequence[str],
+    actor: str,
+    *,
+    how: str,
+) -> PromptVersion:
+    """A new version of ``prompt`` (the active one with ``rules``, for the clusters ``keys``)."""
+    return store.create(
+        prompt,
+        template,
+        changelog=f"evolve {how}: {len(rules)} rule(s) for {', '.join(keys)}",
+        author=actor,
+        parent=active.version,
+    )
+
+
 def _draft_from_traces(
     report: PromptLayerReport,
     clusters: list[BadCaseCluster],
@@ -384,12 +405,8 @@ def _draft_from_traces(
         report.proposals.append(record_proposal(registry, prompt, p, counted=False, actor=actor))
         report.seconds = round(time.time() - started, 3)
         return report
-    version = store.create(
-        prompt,
-        template,
-        changelog=f"evolve prompt layer (traces only): {len(rules)} rule(s) for {', '.join(keys)}",
-        author=actor,
-        parent=active.version,
+    version = _draft(
+        store, prompt, active, template, rules, keys, actor, how="prompt layer (traces only)"
     )
     p = Proposal(
         clusters=keys,
@@ -502,13 +519,7 @@ def _propose_all(
                 record_proposal(registry, prompt, p, counted=False, actor=actor)
             )
             continue
-        version = store.create(
-            prompt,
-            template,
-            changelog=f"evolve prompt layer: {len(rules)} rule(s) for {', '.join(keys)}",
-            author=actor,
-            parent=active.version,
-        )
+        version = _draft(store, prompt, active, template, rules, keys, actor, how="prompt layer")
         if not evaluate:
             p = Proposal(
                 clusters=keys,

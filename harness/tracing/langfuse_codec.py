@@ -28,6 +28,7 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any
 
 import orjson
@@ -103,8 +104,12 @@ class JsonArray:
         self.items = items
 
     def text(self) -> bytes:
-        """The array as UTF-8 JSON text."""
-        return b"[" + b",".join(self.items) + b"]"
+        """The array as UTF-8 JSON text, copied once: a long session's generations carry
+        megabytes each, and ``b"[" + ... + b"]"`` copied them twice more."""
+        items = self.items
+        if len(items) < 2:
+            return b"[" + (items[0] if items else b"") + b"]"
+        return b",".join((b"[" + items[0], *islice(items, 1, len(items) - 1), items[-1] + b"]"))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, JsonArray) and other.items == self.items

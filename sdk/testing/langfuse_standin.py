@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from evoharness.harness import require_extra
+from evoharness.harness.tracing.langfuse_codec import loads as _json  # JSON text, or as is
 
 _LF = "langfuse.observation."
 
@@ -41,15 +42,6 @@ def _any_value(v: Any) -> Any:
     if kind == "kvlist_value":
         return {kv.key: _any_value(kv.value) for kv in v.kvlist_value.values}
     return getattr(v, kind) if kind else None
-
-
-def _json(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
 
 
 def _iso(ns: int) -> str:

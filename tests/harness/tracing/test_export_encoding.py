@@ -22,6 +22,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from evoharness.harness.tracing import TraceStore, _otlp, root_span_id
 from evoharness.harness.tracing.langfuse_codec import (
     FIELDS_KEY,
+    JsonArray,
     span_attributes,
     trace_attributes,
 )
@@ -57,6 +58,13 @@ def test_cached_prefixes_frame_every_length_and_key_like_protobuf() -> None:
                 f"meta.{n}": "y" * n,
                 "flag": True,
             }, (round_, n)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7])
+def test_a_joined_array_is_the_json_of_its_items(n: int) -> None:
+    values = [{"role": "tool", "content": f"r{i} ✓"} for i in range(n)]
+    array = JsonArray([orjson.dumps(v) for v in values])
+    assert array.text() == orjson.dumps(values)
 
 
 def test_prefix_cache_stays_bounded() -> None:

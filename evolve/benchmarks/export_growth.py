@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import sqlite3
@@ -42,6 +43,7 @@ from evoharness.evolve.benchmarks.overhead_peers import (
     callgrind_instructions,
     child_env,
     instrument,
+    native_batching,
 )
 
 ROUNDS = (10, 50, 200, 800)
@@ -61,6 +63,8 @@ class Growth:
     input_bytes: int
     store_bytes: int
     spans: int
+    requests: int  # OTLP requests the stand-in received
+    errors: list[str]  # what failed cycles of the drain logged (then resent)
 
     def per_round(self, value: float) -> float:
         """``value`` divided by this session's rounds."""
@@ -78,6 +82,8 @@ def child(rounds: int, base_url: str, report: Path, *, timed: bool) -> None:
 
     with tempfile.TemporaryDirectory(prefix="evoharness-growth-") as tmp:
         store = TraceStore(Path(tmp) / "traces.db")
+        if not timed:
+            native_batching(store)
         payload, cfg = invoke_args(rounds)
         build_agents(rounds, store)["traced"].invoke(payload, cfg)
         if not store.flush(600):
@@ -89,6 +95,8 @@ def child(rounds: int, base_url: str, report: Path, *, timed: bool) -> None:
             base_url=base_url,
             timeout_s=600,
         )
+        errors = _ErrorLog()
+        logging.getLogger("evoharness.tracing.export").addHandler(errors)
         if not timed:
             instrument("on")
         start = time.process_time()
@@ -98,8 +106,20 @@ def child(rounds: int, base_url: str, report: Path, *, timed: bool) -> None:
             instrument("off")
         if not drained:
             raise SystemExit("the export did not drain")
-        report.write_text(json.dumps({"cpu_s": cpu, "store_bytes": store_bytes(store.path)}))
+        stored = store_bytes(store.path)
+        report.write_text(json.dumps({"cpu_s": cpu, "store_bytes": stored, "errors": errors.seen}))
         os._exit(0)  # the exporter's and store's exit hooks are not the drain's cost
+
+
+class _ErrorLog(logging.Handler):
+    """Keeps what the exporter logged (a failed cycle is retried: its spans go twice)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append(record.getMessage())
 
 
 def store_bytes(path: Path | str) -> int:
@@ -150,6 +170,8 @@ def measure(rounds: int, folder: Path, *, counted: bool) -> Growth:
             ),
             store_bytes=stored,
             spans=len(spans),
+            requests=lf.requests.get(_OTLP_PATH, 0),
+            errors=list(report["errors"]),
         )
 
 
@@ -174,17 +196,19 @@ def run(
         f"loop), per round; the drain in {unit}"
     )
     echo(
-        f"{'rounds':>7s} {'spans':>6s} {'drain':>12s} {'wire B':>9s} {'OTLP B':>10s} "
-        f"{'input B':>10s} {'store B':>8s}"
+        f"{'rounds':>7s} {'spans':>6s} {'requests':>8s} {'drain':>12s} {'wire B':>9s} "
+        f"{'OTLP B':>10s} {'input B':>10s} {'store B':>8s}"
     )
     scale = 1.0 if counted else 1e6
     for g in found:
         drain = g.per_round(g.drain) * scale
         echo(
-            f"{g.rounds:7d} {g.spans:6d} {drain:12,.0f} {g.per_round(g.wire_bytes):9,.0f} "
-            f"{g.per_round(g.otlp_bytes):10,.0f} {g.per_round(g.input_bytes):10,.0f} "
-            f"{g.per_round(g.store_bytes):8,.0f}"
+            f"{g.rounds:7d} {g.spans:6d} {g.requests:8d} {drain:12,.0f} "
+            f"{g.per_round(g.wire_bytes):9,.0f} {g.per_round(g.otlp_bytes):10,.0f} "
+            f"{g.per_round(g.input_bytes):10,.0f} {g.per_round(g.store_bytes):8,.0f}"
         )
+        for error in g.errors[:3]:
+            echo(f"  {g.rounds} rounds: a drain cycle failed and was retried: {error}")
     echo(last_line(found, scale))
     return found
 

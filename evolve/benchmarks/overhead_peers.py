@@ -84,9 +84,8 @@ def _build(name: str, rounds: int, tmp: Path, counted: bool) -> Callable[[], Non
     if name.startswith("tools_"):
         return _tool_run(name, tmp, counted)
     store = TraceStore(tmp / "traces.db") if name in ("traced", "exported") else None
-    if store is not None and counted:  # native batching (scripts/callgrind_overhead.py)
-        writer = store._writer
-        writer.settings = dataclasses.replace(writer.settings, linger_s=1e6, report_s=1e6)
+    if store is not None and counted:
+        native_batching(store)
     agents = build_agents(rounds, store)
     if name in ("bare", "floor", "harness"):
         agent = agents[name]
@@ -189,6 +188,15 @@ def _build(name: str, rounds: int, tmp: Path, counted: bool) -> Callable[[], Non
     raise SystemExit(f"unknown variant {name!r}")
 
 
+def native_batching(store: Any) -> None:
+    """Switch the store writer's wall-clock timers off (its linger after a record, its
+    idle reports): under callgrind, which runs a loop 25-50x slower, they fire where a
+    native run's would not; the writer then commits at each flush, as a native run does
+    (``scripts/callgrind_overhead.py``)."""
+    writer = store._writer
+    writer.settings = dataclasses.replace(writer.settings, linger_s=1e6, report_s=1e6)
+
+
 def _flushed(store: Any) -> None:
     if not store.flush(600):
         raise SystemExit("the store did not flush")
@@ -215,8 +223,7 @@ def _tool_run(name: str, tmp: Path, counted: bool) -> Callable[[], None]:
     else:
         store = TraceStore(tmp / "traces.db")
         if counted:
-            writer = store._writer
-            writer.settings = dataclasses.replace(writer.settings, linger_s=1e6, report_s=1e6)
+            native_batching(store)
         config = HarnessConfig(
             budget_tokens=10**9,
             breaker=BreakerConfig(),

@@ -750,58 +750,23 @@ class WeightsPipeline:
 
 
 def run_weights_layer(
-    source: TraceSource,
-    *,
-    config: WeightsLayerConfig,
-    registry: Registry,
-    workdir: Path | str,
-    evaluate: Evaluate,
-    tools: ToolsFor | Sequence[dict[str, Any]] | None = None,
-    verdicts: Mapping[str, Verdict] | None = None,
-    selection: Selection | None = None,
-    case_key: CaseKey | None = None,
-    actor: str = "evoharness",
-    log: Log | None = None,
-    progress: Progress | None = None,
-    redo: Collection[Step] = (),
+    source: TraceSource, *, evaluate: Evaluate, redo: Collection[Step] = (), **options: Any
 ) -> WeightsLayerReport:
     """Every stage of :class:`WeightsPipeline` in one call (done stages skipped).
 
     Args:
         source: Where the episodes come from (``config.where`` selects them).
-        config: What to train, how to gate, what to promote.
-        registry: Where adapter versions are published, labelled and promoted.
-        workdir: The pipeline's work directory (its ``state.json`` makes a rerun resume).
         evaluate: Runs a :class:`Candidate` on the frozen splits.
-        tools: The tool schemas the runs saw (a list, or a function of the episode).
-        verdicts: Judge verdicts by trace id (``EvolveState.verdicts()``), if any.
-        selection: The cycle's training decisions (``None``: every episode read).
-        case_key: The environment's case key (for the selection's patterns).
-        actor: Recorded as the author of versions and promotions.
-        log: Receives one line per step (default: silent).
-        progress: Receives training steps and evaluations.
         redo: Stages to run again although done (with every stage after them).
+        **options: :class:`WeightsPipeline`'s other keywords (``config``, ``registry`` and
+            ``workdir`` are required).
 
     Raises:
         TrainingError: No SFT row passed the gates.
         MissingExtraError: The train extra is not installed.
     """
-    pipeline = WeightsPipeline(
-        source,
-        config=config,
-        registry=registry,
-        workdir=workdir,
-        evaluate=evaluate,
-        tools=tools,
-        verdicts=verdicts,
-        selection=selection,
-        case_key=case_key,
-        actor=actor,
-        log=log,
-        progress=progress,
-    )
-    skipped = pipeline.run(redo=redo)
-    return pipeline.report(skipped)
+    pipeline = WeightsPipeline(source, evaluate=evaluate, **options)
+    return pipeline.report(pipeline.run(redo=redo))
 
 
 def load_state(workdir: Path | str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-from evoharness.sdk.registry.base import (
+from evoharness.sdk.registry.artifacts import (
     FULL_EVERY,
     ArtifactNotFound,
     ArtifactVersion,
@@ -52,9 +52,9 @@ def is_keyed(content: Any) -> bool:
 
 
 class KeyedVersions:
-    """Delta-stored keyed versions, over the SQL hooks of ``SQLRegistry``."""
+    """Delta-stored keyed versions, over the SQL hooks of ``Registry``."""
 
-    # supplied by SQLRegistry (one transaction per artifact, statements, audit events)
+    # supplied by Registry (one transaction per artifact, statements, audit events)
     _tx: Callable[[str], AbstractContextManager[None]]
     _exec: Callable[..., list[tuple[Any, ...]]]
     _record: Callable[..., RegistryEvent]

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from evoharness.harness.extras import require_extra
-from evoharness.sdk.registry._sql import Row, SQLRegistry, schema
-from evoharness.sdk.registry.base import RegistryError
+from evoharness.sdk.registry._sql import Row, schema
+from evoharness.sdk.registry.base import Registry, RegistryError
 
 
 def _lock_id(key: str) -> int:
@@ -29,7 +29,7 @@ def redact_url(url: str) -> str:
     return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
 
 
-class PostgresRegistry(SQLRegistry):
+class PostgresRegistry(Registry):
     """The artifact registry in a PostgreSQL database (the shared backend).
 
     Args:

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
-from evoharness.sdk.registry._sql import Row, SQLRegistry, schema
-from evoharness.sdk.registry.base import RegistryError, RegistryFileError
+from evoharness.sdk.registry._sql import Row, schema
+from evoharness.sdk.registry.base import Registry, RegistryError, RegistryFileError
 
 MEMORY = ":memory:"
 _DAMAGED_FIX = (
@@ -32,7 +32,7 @@ _FILE_PROBLEMS = {
 }
 
 
-class SQLiteRegistry(SQLRegistry):
+class SQLiteRegistry(Registry):
     """The artifact registry in one SQLite file (the embedded default).
 
     Args:

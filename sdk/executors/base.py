@@ -10,7 +10,7 @@ order whatever the backend, so the same inputs give the same outputs on every ba
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 
 from evoharness.harness.errors import RunError
 
@@ -37,6 +37,25 @@ class ItemsFailedError(RunError):
         super().__init__(message)
         self.failed = failed
         self.results = results
+
+    @classmethod
+    def lost(cls, failed: dict[int, str], results: list[Any], *, how: str, fix: str) -> Self:
+        """The error for ``failed`` items of a map, worded the same on every backend.
+
+        Args:
+            failed: Item index -> why it was lost, in the order to name them (three are).
+            results: The results in input order, ``None`` at the failed indices.
+            how: How they were lost, between "lost to system failures" and the items.
+            fix: What to do about it (the last clause of the message).
+        """
+        first = ", ".join(f"item {i} ({why})" for i, why in list(failed.items())[:3])
+        return cls(
+            f"{len(failed)} of {len(results)} items were lost to system failures {how}: "
+            f"{first}{', ...' if len(failed) > 3 else ''}; "
+            f"the other results are on the error (.results); {fix}",
+            failed=failed,
+            results=results,
+        )
 
 
 @runtime_checkable

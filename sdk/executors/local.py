@@ -234,13 +234,10 @@ def _collect(
 def _lost_error(
     lost: dict[int, str], results: dict[int, R], n: int, breaks: int
 ) -> ItemsFailedError:
-    first = ", ".join(f"item {i} ({why})" for i, why in sorted(lost.items())[:3])
-    return ItemsFailedError(
-        f"{len(lost)} of {n} items were lost to system failures (the worker process died): "
-        f"the pool broke {breaks} times, then each unfinished item ran alone and these killed "
-        f"their worker: {first}{', ...' if len(lost) > 3 else ''}; "
-        "the other results are on the error (.results); look for what kills the workers "
-        "(memory, a crashing extension, a signal)",
-        failed=dict(sorted(lost.items())),
-        results=[results.get(i) for i in range(n)],
+    return ItemsFailedError.lost(
+        dict(sorted(lost.items())),
+        [results.get(i) for i in range(n)],
+        how=f"(the worker process died): the pool broke {breaks} times, then each unfinished "
+        "item ran alone and these killed their worker",
+        fix="look for what kills the workers (memory, a crashing extension, a signal)",
     )

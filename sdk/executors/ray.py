@@ -158,15 +158,12 @@ class RayExecutor:
                 ray.cancel(ref, force=True)
             raise
         if lost:
-            first = ", ".join(f"item {i} ({why})" for i, why in list(lost.items())[:3])
-            raise ItemsFailedError(
-                f"{len(lost)} of {n} items were lost to system failures (a dead worker or "
-                f"node) on each of {self.max_retries + 1} tries: {first}"
-                f"{', ...' if len(lost) > 3 else ''}; "
-                "the other results are on the error (.results); raise max_retries or look "
-                "for what kills the workers (memory, a crashing extension)",
-                failed=lost,
-                results=results,
+            raise ItemsFailedError.lost(
+                lost,
+                results,
+                how=f"(a dead worker or node) on each of {self.max_retries + 1} tries",
+                fix="raise max_retries or look for what kills the workers (memory, a crashing "
+                "extension)",
             )
         return results
 

@@ -292,6 +292,14 @@ def bench_learn(
     ] = None,
     sft_steps: Annotated[int | None, typer.Option(min=1, help="SFT steps per round.")] = None,
     dpo_steps: Annotated[int | None, typer.Option(min=1, help="DPO steps.")] = None,
+    grpo_steps: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="GRPO steps (one train prompt each), the checker as reward; 0: no GRPO layer "
+            "(BFCL only: its checker grades a single completion).",
+        ),
+    ] = 0,
     workdir: Annotated[
         Path | None,
         typer.Option(
@@ -300,7 +308,8 @@ def bench_learn(
         ),
     ] = None,
 ) -> None:
-    """Own traffic -> harness, memory, prompt, rejection-sampling SFT, DPO, round 2 (paired)."""
+    """Own traffic -> harness, memory, prompt, rejection-sampling SFT, DPO, round 2, GRPO
+    (paired)."""
     from evoharness.evolve.benchmarks import learn
 
     given: dict[str, Any] = {
@@ -310,6 +319,7 @@ def bench_learn(
         "temperature": temperature,
         "sft_steps": sft_steps,
         "dpo_steps": dpo_steps,
+        "grpo_steps": grpo_steps,
     }
     # a missing package (or a work dir of other settings) is a ConfigError: the CLI prints it
     # as one line naming the install, exit 2

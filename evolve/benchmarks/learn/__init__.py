@@ -24,6 +24,9 @@ batching, greedy-caching pool of ``bench bfcl``.
    (:func:`~evoharness.evolve.weights.preference.dpo_rows`), initialised from the SFT adapter.
 8. **sft2**: a second expert-iteration round on the improved model's own samples, continuing
    from the last weights layer the guard kept (DPO, else SFT; else the last one trained).
+9. **grpo** (only with ``grpo_steps`` > 0, and only on an environment whose task is one model
+   turn: BFCL): TRL's GRPO on the train tasks with the environment's checker as the reward,
+   from the last kept model's adapter (:mod:`.grpo`).
 
 Each layer runs the frozen first ``tasks`` test tasks and the guard tasks (BFCL's ``guard``
 split, the shop's ``val``); test success is paired against the previous layer (exact
@@ -34,15 +37,24 @@ cached in the work dir (evaluations per layer, traffic, memory, rules, samples, 
 runs, greedy completions by prompt): a rerun skips what is done and resumes what was killed.
 
 Last line: ``base=… harness=… memory=… prompt=… sft=… dpo=… test_tasks=… p_harness=…
-p_memory=… p_prompt=… p_sft=… p_dpo=… p0_regressions=…``.
+p_memory=… p_prompt=… p_sft=… p_dpo=… p0_regressions=…``, then ``grpo=… p_grpo=…`` when the
+GRPO layer ran.
 """
 
 from evoharness.evolve.benchmarks.learn.bench import run, weights_layer
 from evoharness.evolve.benchmarks.learn.chain import Chain
+from evoharness.evolve.benchmarks.learn.grpo import (
+    checker_reward,
+    completion_reply,
+    grpo_config,
+    prompt_rows,
+    train_grpo,
+)
 from evoharness.evolve.benchmarks.learn.settings import (
     ENVS,
     LAST_KEYS,
     MODELS,
+    OPTIONAL_KEYS,
     TINY,
     EnvSpec,
     Settings,
@@ -64,18 +76,23 @@ __all__ = [
     "ENVS",
     "LAST_KEYS",
     "MODELS",
+    "OPTIONAL_KEYS",
     "TINY",
     "Chain",
     "EnvSpec",
     "Settings",
+    "checker_reward",
+    "completion_reply",
     "default_workdir",
     "dpo",
     "expert_round",
+    "grpo_config",
     "last_line",
     "learn_table",
     "memory",
     "new_p0",
     "p0_failed",
+    "prompt_rows",
     "reflect",
     "reflective_rows",
     "require",
@@ -85,5 +102,6 @@ __all__ = [
     "settings_for",
     "sft_config",
     "traffic",
+    "train_grpo",
     "weights_layer",
 ]

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evoharness.evolve.benchmarks.learn import steps, weights
+from evoharness.evolve.benchmarks.learn import grpo, steps, weights
 from evoharness.evolve.benchmarks.learn.chain import Chain
 from evoharness.evolve.benchmarks.learn.settings import (
     MODELS,
@@ -39,9 +39,12 @@ def weights_layer(chain: Chain, name: str, what: str, adapter: tuple[str, int] |
     kept layers' environment, or, when nothing was trained, the last kept model again."""
     env, arts = chain.kept()
     if adapter is None:
-        what = f"{what}: not trained (the last kept model)"
-        chain.add(name, what, env, same_as=chain.last_kept())
+        kept = chain.last_kept()
+        if kept.name in chain.adapters:
+            chain.adapters[name] = chain.adapters[kept.name]
+        chain.add(name, f"{what}: not trained (the last kept model)", env, same_as=kept)
         return
+    chain.adapters[name] = adapter
     served = chain.serve(*adapter)
     chain.add(name, f"{served}: {what}", env, adapter=served, artifacts=arts)
 
@@ -91,13 +94,30 @@ def _layers(chain: Chain) -> None:
         (a for n, a in (("dpo", dpo), ("sft", sft_adapter)) if a and by[n].kept),
         dpo or sft_adapter,
     )
+    sampled = "sft"
     if start is None:
         weights_layer(chain, "sft2", "expert iteration round 2", None)
+    else:
+        chain.serve(*start)
+        second, _ = weights.expert_round(chain, "sft2", start[0], start[1])
+        what = f"expert iteration round 2 on {second.rows} verified samples of the improved model"
+        weights_layer(chain, "sft2", what, _trained(second))
+        sampled = "sft2"
+    if chain.settings.grpo_steps > 0:
+        _grpo_layer(chain, sampled)
+
+
+def _grpo_layer(chain: Chain, sampled: str) -> None:
+    """GRPO from the last kept model's adapter, on an environment whose checker grades one
+    completion (else a line saying why it does not run, and no layer)."""
+    if not chain.spec.single_turn:
+        chain.echo(
+            f"  grpo: not run: the {chain.spec.name} checker grades whole multi-turn runs "
+            "(tool results included), not a single completion"
+        )
         return
-    chain.serve(*start)
-    second, _ = weights.expert_round(chain, "sft2", start[0], start[1])
-    what = f"expert iteration round 2 on {second.rows} verified samples of the improved model"
-    weights_layer(chain, "sft2", what, _trained(second))
+    adapter, what = grpo.train_grpo(chain, chain.adapters.get(chain.last_kept().name), sampled)
+    weights_layer(chain, "grpo", what, adapter)
 
 
 def run(

@@ -23,7 +23,13 @@ from evoharness.evolve.benchmarks.learn.settings import MODELS, TINY, Echo, EnvS
 from evoharness.evolve.benchmarks.learn.table import new_p0
 from evoharness.evolve.environment import load_plugin, runtime_of
 from evoharness.evolve.prompting.evaluation import Prompted
-from evoharness.evolve.weights import LoRASpec, TrainProgress, tool_schemas
+from evoharness.evolve.weights import (
+    LoRASpec,
+    TrainProgress,
+    TrainResult,
+    publish_adapter,
+    tool_schemas,
+)
 from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import TaskSpec
 from evoharness.sdk.registry import Registry, open_registry
@@ -72,6 +78,7 @@ class Chain:
         self.layers: list[Layer] = []
         self.timings: dict[str, float] = {}
         self.served: dict[str, str] = {}  # adapter dir -> served name
+        self.adapters: dict[str, tuple[str, int]] = {}  # layer -> adapter (dir, version)
         self.memory_name = f"learn-{spec.name}"
         self.policy = f"learn-{spec.name}-policy"
         self.prompt_text = self.world.system_prompt()
@@ -116,6 +123,20 @@ class Chain:
             self.pool.load(name, adapter_dir)
             self.served[adapter_dir] = name
         return self.served[adapter_dir]
+
+    def publish(self, result: TrainResult, manifest: dict[str, Any], parent: int | None) -> int:
+        """Publish a trained adapter as the next version of the chain's policy (the same
+        files published before: that version)."""
+        return publish_adapter(
+            self.registry,
+            self.policy,
+            result.adapter_dir,
+            base_model=self.base,
+            dataset_manifest=manifest,
+            metrics=result.metrics,
+            fingerprint=result.fingerprint,
+            parent=parent,
+        ).version
 
     def lora(self) -> LoRASpec:
         """LoRA, plus the ``<tool_call>`` rows when they are single tokens of the model."""

@@ -27,6 +27,9 @@ MODELS: dict[str, str] = {"qwen2.5-0.5b": QWEN_ALIAS, "smollm2": SMOLLM2, TINY: 
 LAST_KEYS = ("base", "harness", "memory", "prompt", "sft", "dpo")
 """The layers the last line always names, in its order."""
 
+OPTIONAL_KEYS = ("grpo",)
+"""Layers the last line names after its fixed fields, only when they ran."""
+
 
 class EnvSpec(BaseModel):
     """What the chain needs to know about one environment.
@@ -40,6 +43,8 @@ class EnvSpec(BaseModel):
         module: A module the environment needs, and ``install`` the line that installs it.
         max_model_calls: Model calls a task may make.
         default_tasks: ``--tasks`` default.
+        single_turn: A task is one model turn, so the checker grades a single completion
+            (what the GRPO layer's reward needs).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -53,6 +58,7 @@ class EnvSpec(BaseModel):
     install: str = ""
     max_model_calls: int
     default_tasks: int
+    single_turn: bool = False
 
 
 ENVS: dict[str, EnvSpec] = {
@@ -66,6 +72,7 @@ ENVS: dict[str, EnvSpec] = {
         install="pip install --no-deps bfcl-eval==2026.3.23",
         max_model_calls=4,
         default_tasks=100,
+        single_turn=True,
     ),
     "shop": EnvSpec(
         name="shop",
@@ -80,7 +87,11 @@ ENVS: dict[str, EnvSpec] = {
 
 
 class Settings(BaseModel):
-    """The run's sizes (defaults depend on the model: the tiny one only shows the chain)."""
+    """The run's sizes (defaults depend on the model: the tiny one only shows the chain).
+
+    ``grpo_steps`` 0 (the default) leaves the GRPO layer out; a step is one train prompt
+    with ``grpo_generations`` completions (the group).
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -91,6 +102,9 @@ class Settings(BaseModel):
     temperature: float = 0.8
     sft_steps: int = 16
     dpo_steps: int = 8
+    grpo_steps: int = 0
+    grpo_generations: int = 4
+    grpo_learning_rate: float = 1e-5
     learning_rate: float = 2e-4
     max_length: int = 1536
     max_new_tokens: int = 256
@@ -136,6 +150,7 @@ def settings_for(spec: EnvSpec, model: str, tasks: int | None, **given: Any) -> 
             "samples": 2,
             "sft_steps": 2,
             "dpo_steps": 2,
+            "grpo_generations": 2,
             "max_new_tokens": 12,
             "max_length": 2048,
         }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from evoharness.evolve.benchmarks.bfcl import Layer, layer_row
-from evoharness.evolve.benchmarks.learn.settings import LAST_KEYS
+from evoharness.evolve.benchmarks.learn.settings import LAST_KEYS, OPTIONAL_KEYS
 from evoharness.sdk.runner import TaskResult
 
 
@@ -45,7 +45,8 @@ def learn_table(layers: Sequence[Layer]) -> list[str]:
 
 
 def last_line(layers: Sequence[Layer], test_tasks: int) -> tuple[str, dict[str, float]]:
-    """The machine-readable last line and its values."""
+    """The machine-readable last line and its values: the fixed fields, then ``grpo=…
+    p_grpo=…`` when that layer ran."""
     by = {x.name: x for x in layers}
     out: dict[str, float] = {k: by[k].rate() for k in LAST_KEYS}
     out["test_tasks"] = float(test_tasks)
@@ -53,6 +54,11 @@ def last_line(layers: Sequence[Layer], test_tasks: int) -> tuple[str, dict[str, 
         p = by[k].p_value
         out[f"p_{k}"] = 1.0 if p is None else p
     out["p0_regressions"] = float(sum(x.new_p0 for x in layers))
+    for k in OPTIONAL_KEYS:
+        if k in by:
+            p = by[k].p_value
+            out[k] = by[k].rate()
+            out[f"p_{k}"] = 1.0 if p is None else p
     cells = []
     for k, v in out.items():
         if k in ("test_tasks", "p0_regressions"):

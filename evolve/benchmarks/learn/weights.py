@@ -22,7 +22,6 @@ from evoharness.evolve.weights import (
     TrainingError,
     dpo_rows,
     expert_iteration,
-    publish_adapter,
     tool_schemas,
     train,
     verified_dataset,
@@ -189,16 +188,7 @@ def dpo(chain: Chain, samples: Sequence[Sample], sft: ExpertRound) -> tuple[str,
         "pairs": [[r["task"]] for r in rows],
         "lineage": {"method": "dpo", "init_adapter": sft.adapter_dir},
     }
-    version = publish_adapter(
-        chain.registry,
-        chain.policy,
-        result.adapter_dir,
-        base_model=chain.base,
-        dataset_manifest=manifest,
-        metrics=result.metrics,
-        fingerprint=result.fingerprint,
-        parent=sft.version,
-    ).version
+    version = chain.publish(result, manifest, sft.version)
     chain.timings["dpo training"] = time.perf_counter() - t0
     chain.echo(
         f"  dpo: {result.steps} steps on {len(rows)} same-task pairs "

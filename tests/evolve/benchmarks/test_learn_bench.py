@@ -29,32 +29,35 @@ LAST = re.compile(
     r"p_dpo=\S+ p0_regressions=\d+$"
 )
 
+REAL_SAMPLING = learn.sampling_model
+TINY_CHAIN: dict[str, Any] = {
+    "env": "bfcl",
+    "model": "tiny",
+    "tasks": 3,
+    "guard_tasks": 2,
+    "train_tasks": 3,
+}
+"""The chain on 3 test, 2 guard and 3 train BFCL tasks with the tiny model."""
+
+
+def half_oracle(chain: Any, adapter: str, temperature: float, index: int) -> BaseChatModel:
+    """A random tiny model never solves a BFCL task, so sample 0 of every task is drawn by
+    BFCL's SIMULATED oracle policy: the chain then has verified rows to train SFT on and
+    same-task good/bad pairs for DPO (the training, serving and gating are real). Patched
+    where the weights steps look it up (``learn.weights``)."""
+    if index == 0:
+        return chain.world.offline_model()  # type: ignore[no-any-return]
+    return REAL_SAMPLING(chain, adapter, temperature, index)
+
 
 @needs_bfcl
 @needs_train
 def test_the_tiny_chain_runs_every_layer_and_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A random tiny model never solves a BFCL task, so sample 0 of every task is drawn by
-    # BFCL's SIMULATED oracle policy: the chain then has verified rows to train SFT on and
-    # same-task good/bad pairs for DPO (the training, serving and gating are real).
-    real = learn.sampling_model  # patched where the weights steps look it up
-
-    def half_oracle(chain: Any, adapter: str, temperature: float, index: int) -> BaseChatModel:
-        if index == 0:
-            return chain.world.offline_model()  # type: ignore[no-any-return]
-        return real(chain, adapter, temperature, index)
-
     monkeypatch.setattr(learn.weights, "sampling_model", half_oracle)
     lines: list[str] = []
-    settings: dict[str, Any] = {
-        "env": "bfcl",
-        "model": "tiny",
-        "tasks": 3,
-        "guard_tasks": 2,
-        "train_tasks": 3,
-        "workdir": tmp_path,
-    }
+    settings: dict[str, Any] = {**TINY_CHAIN, "workdir": tmp_path}
     out = learn.run(**settings, echo=lines.append)
     text = "\n".join(lines)
     assert "SIMULATED" in lines[0] and "untrained" in lines[0]
@@ -68,6 +71,7 @@ def test_the_tiny_chain_runs_every_layer_and_resumes(
     assert re.search(r"dpo: 2 steps on 3 same-task pairs .* -> v2", text)
     assert re.search(r"sft2: 6 samples .* -> v3", text)
     assert "learn-bfcl-policy-v3" in text  # round 2's adapter was served and evaluated
+    assert "grpo" not in lines[-1] and "grpo" not in table  # off unless --grpo-steps > 0
     for step in ("traffic.jsonl", "memory.json", "prompt.json", "layers/sft2.json"):
         assert (tmp_path / step).exists(), step
     # a rerun reuses every cached step: same numbers, no new adapter version

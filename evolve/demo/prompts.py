@@ -169,7 +169,12 @@ def run_prompt_demo(
     learned = pin_memory(registry, plugin.name)  # the snapshot the cycle activated
     traces = eval_store_path(workdir / "traces.db")  # offline runs: their own store
     results = EvalResults(workdir / "prompt-eval.db")
-    evaluation = PairedEvaluation(env, results, executor=executor, trace_db=traces, memory=learned)
+    offline: dict[str, Any] = {"executor": executor, "trace_db": traces}  # for every run
+
+    def evaluation_with(memory: MemoryPin | None) -> PairedEvaluation:
+        return PairedEvaluation(env, results, memory=memory, **offline)
+
+    evaluation = evaluation_with(learned)
 
     # 1. what memory did not fix: the search set re-run with memory, judged and routed
     say(f"re-running {len(search_ids)} train tasks with memory: what did memory not fix?")
@@ -192,14 +197,13 @@ def run_prompt_demo(
             guard=("train", guard_ids),
             results=results,
             reflector=SimulatedReflector(),
-            executor=executor,
-            trace_db=traces,
             memory=memory,
             config=cfg,
+            **offline,
         )
 
     def measure(memory: MemoryPin | None, split: str, ids: list[str]) -> float:
-        ev = PairedEvaluation(env, results, executor=executor, trace_db=traces, memory=memory)
+        ev = evaluation_with(memory)
         return ev.run(env, base, base, val=(split, ids)).val.control_success
 
     layer = layer_run(packages, learned)
@@ -230,7 +234,7 @@ def run_prompt_demo(
         if fallback_without_memory:
             say("prompt layer alone (no memory), on the bad cases of the runs without memory")
             pre = bad_case_packages(
-                PairedEvaluation(env, results, executor=executor, trace_db=traces),
+                evaluation_with(None),
                 env,
                 base,
                 ("train", search_ids),
@@ -262,9 +266,9 @@ def run_prompt_demo(
     # 3. test numbers (reported, decide nothing) and a SIMULATED rollout from them
     say(f"test split: active v{active.version} vs candidate v{accepted.version} (report only)")
     cand = RolloutController(registry).prompts.get(env, accepted.version)
-    test = PairedEvaluation(
-        env, results, executor=executor, trace_db=traces, memory=used_memory
-    ).run(env, base, (cand.version, cand.render()), val=("test", test_ids))
+    test = evaluation_with(used_memory).run(
+        env, base, (cand.version, cand.render()), val=("test", test_ids)
+    )
     result.test = test
     steps[-1].test = test.val.candidate_success
     done = results.done(test.eval_id).values()

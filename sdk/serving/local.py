@@ -40,9 +40,8 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar, cast
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import (
     AIMessage,
@@ -53,7 +52,6 @@ from langchain_core.messages import (
     ToolCall,
     ToolMessage,
 )
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -61,6 +59,7 @@ from pydantic import ConfigDict, Field
 
 from evoharness.harness import ConfigError
 from evoharness.harness.control.reply_check import MALFORMED_KEY
+from evoharness.sdk._reply_model import ReplyChatModel
 from evoharness.sdk.serving.errors import AdapterLoadError
 
 log = logging.getLogger("evoharness.serving")
@@ -553,7 +552,27 @@ def current_session(config: RunnableConfig | None = None) -> str | None:
     return str(thread) if thread is not None else None
 
 
-class LocalChatModel(BaseChatModel):
+_Call = TypeVar("_Call", bound=Callable[..., Any])
+
+
+def _passing_session(call: _Call) -> _Call:
+    """``BaseChatModel.invoke`` or ``ainvoke`` (``call``, whose coroutine an async one
+    returns) passing the session of the call's config on to the model as ``session``."""
+
+    @functools.wraps(call)
+    def passing(
+        self: BaseChatModel,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        kwargs.setdefault("session", current_session(config))
+        return call(self, input, config, **kwargs)
+
+    return cast(_Call, passing)
+
+
+class LocalChatModel(ReplyChatModel):
     """A chat model served from an :class:`AdapterPool`.
 
     Attributes:
@@ -600,37 +619,11 @@ class LocalChatModel(BaseChatModel):
         schemas = [convert_to_openai_tool(t) for t in tools]
         return self.bind(tools=schemas, **kwargs)
 
-    def invoke(
-        self,
-        input: LanguageModelInput,
-        config: RunnableConfig | None = None,
-        *,
-        stop: list[str] | None = None,
-        **kwargs: Any,
-    ) -> AIMessage:
-        """As ``BaseChatModel.invoke``; the config's ``thread_id`` picks the pinned version."""
-        kwargs.setdefault("session", current_session(config))
-        return super().invoke(input, config, stop=stop, **kwargs)
+    # the config's thread_id picks the pinned version: passed on to _reply as ``session``
+    invoke: ClassVar = _passing_session(ReplyChatModel.invoke)
+    ainvoke: ClassVar = _passing_session(ReplyChatModel.ainvoke)
 
-    async def ainvoke(
-        self,
-        input: LanguageModelInput,
-        config: RunnableConfig | None = None,
-        *,
-        stop: list[str] | None = None,
-        **kwargs: Any,
-    ) -> AIMessage:
-        """As ``BaseChatModel.ainvoke``; the config's ``thread_id`` picks the pinned version."""
-        kwargs.setdefault("session", current_session(config))
-        return await super().ainvoke(input, config, stop=stop, **kwargs)
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> AIMessage:
         tools = kwargs.get("tools")
         session = kwargs.get("session") or current_session()
         requested = self.router.version_for(session) if self.router else self.adapter
@@ -665,4 +658,4 @@ class LocalChatModel(BaseChatModel):
         )
         if self.on_reply is not None:
             self.on_reply(message)
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return message

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.language_models import LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from evoharness.harness import RunError, approx_message_tokens
+from evoharness.sdk._reply_model import ReplyChatModel
 
 Reply = AIMessage | str
 Policy = Callable[[list[BaseMessage]], Reply]
@@ -38,7 +37,7 @@ class ScriptExhaustedError(RunError):
         self.calls = calls
 
 
-class ScriptedChatModel(BaseChatModel):
+class ScriptedChatModel(ReplyChatModel):
     """A LangChain chat model that plays a script of replies or a policy callable.
 
     Replies are ``AIMessage`` objects (text and/or ``tool_calls``) or plain strings. With a
@@ -68,6 +67,7 @@ class ScriptedChatModel(BaseChatModel):
     token_counter: CountTokens = approx_message_tokens
     """Counts tokens for ``usage_metadata``; the default is the harness approximation."""
     model_name: str = "scripted"
+    blocking: ClassVar[bool] = False  # a reply is read from the script: answered inline
 
     _cursor: int = PrivateAttr(default=0)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
@@ -112,7 +112,11 @@ class ScriptedChatModel(BaseChatModel):
             kwargs["tool_choice"] = tool_choice
         return self.bind(tools=schemas, **kwargs)
 
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> AIMessage:
+        return self._next_reply(messages)
+
     def _next_reply(self, messages: list[BaseMessage]) -> AIMessage:
+        """The next scripted (or policy) reply, with its usage counted."""
         with self._lock:
             self._calls.append(list(messages))
             if self.policy is None:
@@ -132,21 +136,3 @@ class ScriptedChatModel(BaseChatModel):
         }
         message.response_metadata = {**message.response_metadata, "model_name": self.model_name}
         return message
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=self._next_reply(messages))])
-
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=self._next_reply(messages))])

@@ -114,8 +114,9 @@ def _opening(sample: Sample) -> list[dict[str, Any]]:
 def prompt_rows(chain: Chain, samples: Sequence[Sample]) -> list[dict[str, Any]]:
     """One GRPO row per train task: ``prompt`` (the rendered chat, ready for generation) and
     ``task_id``; the opening and tools come from the task's first sample that has them, else
-    the chain's prompt text and the request."""
+    the kept layers' system prompt and the request."""
     tokenizer = chain.pool.pool.tokenizer
+    env, _ = chain.kept()
     rows: list[dict[str, Any]] = []
     for task in chain.train:
         drawn = (s for s in samples if s.task == task.task_id and _opening(s))
@@ -124,7 +125,7 @@ def prompt_rows(chain: Chain, samples: Sequence[Sample]) -> list[dict[str, Any]]
             opening, tools = _opening(sample), sample.tools
         else:
             opening = [
-                {"role": "system", "content": chain.prompt_text},
+                {"role": "system", "content": env.system_prompt()},
                 {"role": "user", "content": task.request},
             ]
             tools = tool_schemas(chain.world.tools_for(task))

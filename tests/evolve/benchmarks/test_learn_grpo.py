@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -99,3 +100,14 @@ def test_the_grpo_layer_trains_two_steps_from_the_last_kept_adapter_and_resumes(
     assert len((tmp_path / "weights" / "grpo" / "metrics.jsonl").read_text().splitlines()) == len(
         steps
     )
+
+
+def test_on_a_multi_turn_environment_the_layer_does_not_run_and_says_why() -> None:
+    lines: list[str] = []
+    chain: Any = SimpleNamespace(spec=learn.ENVS["shop"], echo=lines.append, layers=[])
+    learn.bench._grpo_layer(chain, "sft2")
+    assert chain.layers == []
+    assert lines == [
+        "  grpo: not run: the shop checker grades whole multi-turn runs (tool results "
+        "included), not a single completion"
+    ]

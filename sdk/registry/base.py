@@ -67,7 +67,9 @@ class Registry(KeyedVersions):
     """Publish, read, label, promote and roll back artifact versions.
 
     The backends subclass it (``SQLiteRegistry``, ``PostgresRegistry``); open one with
-    :func:`~evoharness.sdk.registry.open_registry`. One connection per registry object, shared by threads under a lock. Writes to one
+    :func:`~evoharness.sdk.registry.open_registry`.
+
+    One connection per registry object, shared by threads under a lock. Writes to one
     ``(kind, name)`` are serialised across processes by the backend's transaction
     (:meth:`_tx`); the primary key ``(kind, name, version)`` is the last line of defence,
     and a publish that loses a race on it retries with the next number. A read-decide-write

@@ -40,18 +40,17 @@ from pydantic import BaseModel
 
 from evoharness.evolve import (
     EpisodeFilter,
-    EvolveState,
     LocalTraceSource,
     judge_episodes,
 )
 from evoharness.evolve._harnessed import run_harnessed
-from evoharness.evolve.cycle import CycleReport, run_plugin_cycle
+from evoharness.evolve.cycle import CycleReport
+from evoharness.evolve.demo.workspace import Workspace
 from evoharness.evolve.environment import (
     build_judge,
     build_rubrics,
     lesson_hints_of,
     load_plugin,
-    runtime_of,
 )
 from evoharness.evolve.skills import (
     ArmRun,
@@ -63,10 +62,8 @@ from evoharness.evolve.skills import (
 )
 from evoharness.evolve.skills.learning import SkillLearning
 from evoharness.harness import approx_tokens
-from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.harness.tracing.provenance import OFFLINE_TAG
-from evoharness.sdk.memory import MEMORY, MemoryStore
-from evoharness.sdk.registry import open_registry
+from evoharness.sdk.memory import MEMORY
 from evoharness.sdk.runner import TaskResult
 from evoharness.sdk.session import ArtifactSource, MemorySource, SkillsSource
 from evoharness.sdk.skills import SkillVersions, workflow_of
@@ -169,59 +166,43 @@ def run_env(
     name = plugin.name
     root = workdir / name
     root.mkdir(parents=True, exist_ok=True)
-    store = TraceStore(root / "traces.db")
-    tracer = Tracer(store)
-    state = EvolveState(root / "evolve.db")
-    registry = open_registry(root / "registry.db")
-    memory = MemoryStore(root / "memory.db", registry=registry, name=name)
-    world = runtime_of(plugin)
-    model = counting(world.offline_model)
-    train = world.tasks("train")[:train_limit] if train_limit else world.tasks("train")
-    val = world.tasks("val")[:val_limit] if val_limit else world.tasks("val")
+    ws = Workspace.open(plugin, root)
+    model = counting(ws.world.offline_model)
+    train, val = ws.tasks("train", train_limit), ws.tasks("val", val_limit)
     guard = train[:guard_limit]
 
     def run(
         tasks: Sequence[Any], tags: list[str], artifacts: Sequence[ArtifactSource] = ()
     ) -> list[TaskResult]:
         return run_harnessed(
-            world,
+            ws.world,
             tasks,
             model_factory=model,
             concurrency=concurrency,
-            tracer=tracer,
+            tracer=ws.tracer,
             tags=tags,
             artifacts=artifacts,
         )
 
     echo(f"[{name}] train: {len(train)} tasks (SIMULATED policy)")
     run(train, ["train"])
-    store.flush(60)
+    ws.store.flush(60)
     grader, rubrics = build_judge(plugin), build_rubrics(plugin)
 
     def cycle(learning: SkillLearning | None) -> CycleReport:
-        return asyncio.run(
-            run_plugin_cycle(
-                plugin,
-                store,
-                state=state,
-                memory=memory,
-                tags=["train"],
-                concurrency=concurrency,
-                skills=learning,
-            )
-        )
+        return ws.cycle(["train"], concurrency=concurrency, skills=learning)
 
     first = cycle(None)  # memory strategies and lessons only: the baseline's snapshot
     if first.memory_version is None:
         raise RuntimeError(f"[{name}] the first cycle published no memory snapshot")
-    registry.promote(
+    ws.registry.promote(
         MEMORY, name, first.memory_version, label=BASELINE, actor="bench", reason="no skills"
     )
-    one = next(iter(LocalTraceSource(store).episodes(EpisodeFilter(tags=["train"]))), None)
+    one = next(iter(LocalTraceSource(ws.store).episodes(EpisodeFilter(tags=["train"]))), None)
     hints = lesson_hints_of(plugin, [one.query or "" if one else ""])
     distiller = SkillDistiller(env=name, case_key=plugin.case_key, hints=hints)
     second = cycle(SkillLearning(name=name, distiller=distiller))  # judging is not repeated
-    versions = SkillVersions(registry, name)
+    versions = SkillVersions(ws.registry, name)
     served = versions.load()
     workflows = sorted(n for n, s in served.skills.items() if workflow_of(s) is not None)
     echo(
@@ -233,10 +214,10 @@ def run_env(
     def case_key(query: str) -> str:
         return plugin.case_key(query, {})
 
-    baseline: list[ArtifactSource] = [MemorySource(registry, name, label=BASELINE)]
+    baseline: list[ArtifactSource] = [MemorySource(ws.registry, name, label=BASELINE)]
     skills: list[ArtifactSource] = [
-        MemorySource(registry, name),
-        SkillsSource(registry, name, case_key=case_key, tracer=tracer),
+        MemorySource(ws.registry, name),
+        SkillsSource(ws.registry, name, case_key=case_key, tracer=ws.tracer),
     ]
     arms: dict[str, dict[str, list[TaskResult]]] = {}
     for split, tasks in (("val", val), ("guard", guard)):
@@ -245,24 +226,24 @@ def run_env(
             "baseline": run(tasks, [OFFLINE_TAG, split, "baseline"], baseline),
             "skills": run(tasks, [OFFLINE_TAG, split, "skills"], skills),
         }
-    store.flush(60)
+    ws.store.flush(60)
     ids = {r.trace_id for a in arms.values() for rs in a.values() for r in rs if r.trace_id}
     everything = EpisodeFilter(include_offline=True)
-    judged = [e for e in LocalTraceSource(store).episodes(everything) if e.trace_id in ids]
+    judged = [e for e in LocalTraceSource(ws.store).episodes(everything) if e.trace_id in ids]
     asyncio.run(
-        judge_episodes(judged, grader=grader, rubrics=rubrics, state=state, concurrency=concurrency)
+        judge_episodes(
+            judged, grader=grader, rubrics=rubrics, state=ws.state, concurrency=concurrency
+        )
     )
-    p0 = {k: not v.p0_pass for k, v in state.verdicts(ids).items()}
+    p0 = {k: not v.p0_pass for k, v in ws.state.verdicts(ids).items()}
     runs = {split: {k: _arm(v, p0) for k, v in a.items()} for split, a in arms.items()}
     compared = {split: compare_arms(split, r["baseline"], r["skills"]) for split, r in runs.items()}
     decision = decide(compared["val"], compared["guard"])
     promoted = decision.accepted
     if not promoted:  # turned down: serve what was served before the cycle
         versions.retire(list(served.skills), reason=f"gate: {decision.reason}")
-        registry.rollback(MEMORY, name, actor="bench", reason=f"gate: {decision.reason}")
-    store.close()
-    memory.close()
-    registry.close()
+        ws.registry.rollback(MEMORY, name, actor="bench", reason=f"gate: {decision.reason}")
+    ws.close()
     return EnvResult(
         env=name,
         train_tasks=len(train),

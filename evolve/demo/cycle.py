@@ -11,21 +11,19 @@ from typing import Any
 from pydantic import BaseModel
 
 from evoharness.evolve._harnessed import run_harnessed
-from evoharness.evolve.cycle import CycleReport, run_plugin_cycle
+from evoharness.evolve.cycle import CycleReport
+from evoharness.evolve.demo.workspace import Workspace
 from evoharness.evolve.environment import (
     build_judge,
     build_rubrics,
     load_plugin,
-    runtime_of,
 )
 from evoharness.evolve.episodes.traces import EpisodeFilter, LocalTraceSource
 from evoharness.evolve.judging.jobs import judge_episodes
-from evoharness.evolve.judging.state import EvolveState
 from evoharness.evolve.promotion import Promotion
-from evoharness.harness.tracing import Tracer, TraceStore
 from evoharness.sdk.environment import Environment
-from evoharness.sdk.memory import MemoryEntry, MemoryStore
-from evoharness.sdk.registry import GuardRuleVersions, open_registry
+from evoharness.sdk.memory import MemoryEntry
+from evoharness.sdk.registry import GuardRuleVersions
 from evoharness.sdk.runner import RunReport, TaskResult
 from evoharness.sdk.session import ArtifactSource, GuardRulesSource, MemorySource
 
@@ -63,24 +61,17 @@ def run_demo(
     """
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    store = TraceStore(workdir / "traces.db")
-    tracer = Tracer(store)
-    state = EvolveState(workdir / "evolve.db")
-    registry = open_registry(workdir / "registry.db")
-    plugin = load_plugin(env)
-    memory = MemoryStore(workdir / "memory.db", registry=registry, name=plugin.name)
-    guard_rules = GuardRuleVersions(registry, plugin.name)
-    grader = build_judge(plugin)
-    rubrics = build_rubrics(plugin)
-    world = runtime_of(plugin)
+    ws = Workspace.open(load_plugin(env), workdir)
+    guard_rules = GuardRuleVersions(ws.registry, ws.plugin.name)
+    grader = build_judge(ws.plugin)
+    rubrics = build_rubrics(ws.plugin)
     # what evolve learns reaches the agent through the session door, as in an app: each
     # session gets the memory of its own case pattern (the plugin's case key)
     door: list[ArtifactSource] = [
-        MemorySource(registry, plugin.name, case_key=plugin.case_key),
-        GuardRulesSource(registry, plugin.name),
+        MemorySource(ws.registry, ws.plugin.name, case_key=ws.plugin.case_key),
+        GuardRulesSource(ws.registry, ws.plugin.name),
     ]
-    val = world.tasks("val")[:val_limit] if val_limit else world.tasks("val")
-    train = world.tasks("train")[:train_limit] if train_limit else world.tasks("train")
+    val, train = ws.tasks("val", val_limit), ws.tasks("train", train_limit)
 
     def run(
         e: Environment, tasks: Sequence[Any], harness: bool, tags: list[str]
@@ -93,40 +84,34 @@ def run_demo(
             tasks,
             harness=harness,
             concurrency=concurrency,
-            tracer=tracer,
+            tracer=ws.tracer,
             tags=tags,
             artifacts=door if harness else (),
         )
 
     results: list[tuple[str, list[TaskResult]]] = []
-    results.append(("bare agent", run(world, val, False, ["val", "bare"])))
-    results.append(("harnessed", run(world, val, True, ["val", "before"])))
-    run(world, train, True, ["train"])
-    store.flush(60)
+    results.append(("bare agent", run(ws.world, val, False, ["val", "bare"])))
+    results.append(("harnessed", run(ws.world, val, True, ["val", "before"])))
+    run(ws.world, train, True, ["train"])
+    ws.store.flush(60)
     if on_phase is not None:
         on_phase(
             "evolve cycle over the train traces: judge, route, curate; the demo activates "
             "the new memory and guard rules directly (an explicit opt-in: `evoharness evolve "
             "cycle` proves them first, a paired replay then a staged rollout)"
         )
-    cycle = asyncio.run(
-        run_plugin_cycle(
-            plugin,
-            store,
-            state=state,
-            memory=memory,
-            tags=["train"],
-            guard_rules=guard_rules,
-            concurrency=concurrency,
-            promotion=Promotion(activate=True),  # the table measures the next split at once
-        )
+    cycle = ws.cycle(
+        ["train"],
+        guard_rules=guard_rules,
+        concurrency=concurrency,
+        promotion=Promotion(activate=True),  # the table measures the next split at once
     )
-    results.append(("harnessed + learned", run(world, val, True, ["val", "after"])))
-    store.flush(60)
+    results.append(("harnessed + learned", run(ws.world, val, True, ["val", "after"])))
+    ws.store.flush(60)
     val_ids = {r.trace_id for _, rs in results for r in rs if r.trace_id}
     episodes = [
         e
-        for e in LocalTraceSource(store).episodes(EpisodeFilter(tags=["val"]))
+        for e in LocalTraceSource(ws.store).episodes(EpisodeFilter(tags=["val"]))
         if e.trace_id in val_ids
     ]
     asyncio.run(
@@ -134,20 +119,18 @@ def run_demo(
             episodes,
             grader=grader,
             rubrics=rubrics,
-            state=state,
-            scores_to=store,
+            state=ws.state,
+            scores_to=ws.store,
             concurrency=concurrency,
         )
     )
-    verdicts = state.verdicts()
+    verdicts = ws.state.verdicts()
     phases = []
     for label, rs in results:
         ids = [r.trace_id for r in rs if r.trace_id]
         judged = [verdicts[i] for i in ids if i in verdicts]
         p0 = sum(not v.p0_pass for v in judged) / max(len(judged), 1)
         phases.append(Phase(label=label, report=RunReport.of(rs), p0_rate=p0, trace_ids=ids))
-    store.close()
-    learned = sorted(memory.entries().values(), key=lambda e: (e.kind, -e.confidence, e.id))
-    memory.close()
-    registry.close()
+    learned = sorted(ws.memory.entries().values(), key=lambda e: (e.kind, -e.confidence, e.id))
+    ws.close()
     return DemoResult(phases=phases, cycle=cycle, learned=learned)

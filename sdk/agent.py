@@ -566,66 +566,6 @@ def _stack(
     return [*front, *stack, *([tracer.probe()] if tracer else [])]
 
 
-def _sources(
-    *,
-    prompt: str | None,
-    prompts: PromptStore | None,
-    registry: Registry | None,
-    rollout: RolloutController | None,
-    prompt_variables: Mapping[str, Any] | None,
-    memory: str | MemorySource | None,
-    guard_rules: str | None,
-    adapter: str | Callable[[str | None], str | None] | RegistryAdapterSource | None,
-    artifacts: Sequence[ArtifactSource],
-    skills: str | SkillsSource | None = None,
-    tracer: Tracer | None = None,
-    serving: LoadsAdapters | None = None,
-) -> list[ArtifactSource]:
-    """The door's sources for ``create_evo_agent``'s arguments, prompt first (it sets the
-    system message the others add to)."""
-
-    def needs_registry(what: str, example: str) -> Registry:
-        if registry is None:
-            raise ConfigError(
-                f"{what} needs the registry it is published to: pass registry=... (e.g. "
-                f"open_registry('.evoharness/registry.db')), {example}",
-                field=what.split("=")[0],
-            )
-        return registry
-
-    sources: list[ArtifactSource] = []
-    if prompt is not None and prompts is None:
-        prompts = RegistryPromptStore(
-            needs_registry(f"prompt={prompt!r}", "or prompts=... (a prompt store)")
-        )
-    if rollout is None and registry is not None:  # every kind's rollouts, one controller
-        rollout = RolloutController(registry, prompts)
-    if prompt is not None:
-        assert prompts is not None
-        sources.append(PromptSource(prompt, prompts, rollout=rollout, variables=prompt_variables))
-    if isinstance(memory, str):
-        reg = needs_registry(f"memory={memory!r}", "or memory=MemorySource(registry, name)")
-        sources.append(MemorySource(reg, memory, rollout=rollout))
-    elif memory is not None:
-        sources.append(memory)
-    if isinstance(skills, str):
-        reg = needs_registry(f"skills={skills!r}", "or skills=SkillsSource(registry, name)")
-        sources.append(SkillsSource(reg, skills, tracer=tracer, rollout=rollout))
-    elif skills is not None:
-        sources.append(skills)
-    if guard_rules is not None:
-        reg = needs_registry(f"guard_rules={guard_rules!r}", "where evolve publishes rules")
-        sources.append(GuardRulesSource(reg, guard_rules, rollout=rollout))
-    if isinstance(adapter, str):
-        reg = needs_registry(f"adapter={adapter!r}", "where evolve publishes adapters")
-        sources.append(RegistryAdapterSource(reg, adapter, rollout=rollout, serving=serving))
-    elif isinstance(adapter, RegistryAdapterSource):
-        sources.append(adapter)
-    elif adapter is not None:
-        sources.append(RouterAdapterSource(adapter))
-    return [*sources, *artifacts]
-
-
 def _refuse_two_memory_doors(
     middleware: Sequence[AgentMiddleware[Any, Any, Any]], sources: Sequence[ArtifactSource]
 ) -> None:
@@ -713,20 +653,48 @@ def create_evo_agent(
         ConfigError: An artifact without the registry it lives in, two sources for one
             artifact, or ``memory`` beside a harness that injects ``references``.
     """
-    sources = _sources(
-        prompt=prompt,
-        prompts=prompts,
-        registry=registry,
-        rollout=rollout,
-        prompt_variables=prompt_variables,
-        memory=memory,
-        guard_rules=guard_rules,
-        adapter=adapter,
-        artifacts=artifacts,
-        skills=skills,
-        tracer=tracer,
-        serving=serving,
-    )
+
+    # the door's sources, prompt first (it sets the system message the others add to)
+    def needs_registry(what: str, example: str) -> Registry:
+        if registry is None:
+            raise ConfigError(
+                f"{what} needs the registry it is published to: pass registry=... (e.g. "
+                f"open_registry('.evoharness/registry.db')), {example}",
+                field=what.split("=")[0],
+            )
+        return registry
+
+    sources: list[ArtifactSource] = []
+    if prompt is not None and prompts is None:
+        prompts = RegistryPromptStore(
+            needs_registry(f"prompt={prompt!r}", "or prompts=... (a prompt store)")
+        )
+    if rollout is None and registry is not None:  # every kind's rollouts, one controller
+        rollout = RolloutController(registry, prompts)
+    if prompt is not None:
+        assert prompts is not None
+        sources.append(PromptSource(prompt, prompts, rollout=rollout, variables=prompt_variables))
+    if isinstance(memory, str):
+        reg = needs_registry(f"memory={memory!r}", "or memory=MemorySource(registry, name)")
+        sources.append(MemorySource(reg, memory, rollout=rollout))
+    elif memory is not None:
+        sources.append(memory)
+    if isinstance(skills, str):
+        reg = needs_registry(f"skills={skills!r}", "or skills=SkillsSource(registry, name)")
+        sources.append(SkillsSource(reg, skills, tracer=tracer, rollout=rollout))
+    elif skills is not None:
+        sources.append(skills)
+    if guard_rules is not None:
+        reg = needs_registry(f"guard_rules={guard_rules!r}", "where evolve publishes rules")
+        sources.append(GuardRulesSource(reg, guard_rules, rollout=rollout))
+    if isinstance(adapter, str):
+        reg = needs_registry(f"adapter={adapter!r}", "where evolve publishes adapters")
+        sources.append(RegistryAdapterSource(reg, adapter, rollout=rollout, serving=serving))
+    elif isinstance(adapter, RegistryAdapterSource):
+        sources.append(adapter)
+    elif adapter is not None:
+        sources.append(RouterAdapterSource(adapter))
+    sources.extend(artifacts)
     _refuse_two_memory_doors(middleware, sources)
     door = SessionDoor(sources, max_sessions=max_sessions)
     stack = _stack(middleware, tracer, door.middleware())

@@ -25,6 +25,7 @@ from evoharness.evolve.weights.config import (
 from evoharness.evolve.weights.datasets import (
     Dataset,
     DatasetManifest,
+    EpisodeRead,
     Gates,
     build_dpo,
     build_grpo,
@@ -81,6 +82,7 @@ __all__ = [
     "DPORunConfig",
     "Dataset",
     "DatasetManifest",
+    "EpisodeRead",
     "EvalResult",
     "Evaluate",
     "Evaluation",

@@ -13,9 +13,9 @@ import hashlib
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -221,55 +221,92 @@ def _assemble(
     return Dataset(manifest=manifest, splits=dict(splits))
 
 
-def _tools(tools: ToolsFor | Sequence[dict[str, Any]] | None, e: Episode) -> list[dict[str, Any]]:
-    if tools is None:
-        return []
-    if callable(tools):
-        return tools(e)
-    return list(tools)
+class EpisodeRead(TypedDict, total=False):
+    """What :func:`build_sft` and :func:`build_dpo` read and how they split it (all optional).
+
+    Attributes:
+        where: Which episodes to read (default: all).
+        verdicts: Judge verdicts by trace id (``EvolveState.verdicts()``).
+        tools: The tool schemas the runs saw (a list, or a function of the episode); traces
+            record only the tool count, so the environment supplies them.
+        gates: Success/length gates (default ``Gates()``).
+        val_fraction: Share of *tasks* held out as ``val`` (default 0.2).
+        seed: Seeds the task split (default 0).
+    """
+
+    where: EpisodeFilter | None
+    verdicts: Mapping[str, Verdict] | None
+    tools: ToolsFor | Sequence[dict[str, Any]] | None
+    gates: Gates | None
+    val_fraction: float
+    seed: int
 
 
-def build_sft(
-    source: TraceSource,
-    *,
-    where: EpisodeFilter | None = None,
-    verdicts: Mapping[str, Verdict] | None = None,
-    tools: ToolsFor | Sequence[dict[str, Any]] | None = None,
-    gates: Gates | None = None,
-    val_fraction: float = 0.2,
-    seed: int = 0,
-    name: str = "sft",
-) -> Dataset:
+class _Reader:
+    """An :class:`EpisodeRead` with its defaults, and the rows it dropped and why."""
+
+    def __init__(self, source: TraceSource, read: EpisodeRead) -> None:
+        self.source = source
+        self.read = read
+        self.gates = read.get("gates") or Gates()
+        self.dropped: dict[str, int] = {}
+
+    def decided(self) -> Iterator[tuple[Episode, Decision]]:
+        """Each episode read, with its decision under the gates."""
+        verdicts = self.read.get("verdicts") or {}
+        for e in self.source.episodes(self.read.get("where")):
+            yield e, decide(e, verdicts.get(e.trace_id), self.gates)
+
+    def tools(self, e: Episode) -> list[dict[str, Any]]:
+        tools = self.read.get("tools")
+        if tools is None:
+            return []
+        if callable(tools):
+            return tools(e)
+        return list(tools)
+
+    def split(self, task: str) -> str:
+        return split_of(
+            task, val_fraction=self.read.get("val_fraction", 0.2), seed=self.read.get("seed", 0)
+        )
+
+    def drop(self, why: str) -> None:
+        self.dropped[why] = self.dropped.get(why, 0) + 1
+
+    def assemble(
+        self, kind: str, name: str, items: Iterable[tuple[str, str, dict[str, Any], list[str]]]
+    ) -> Dataset:
+        return _assemble(kind, name, items, self.gates, self.dropped)
+
+
+def build_sft(source: TraceSource, *, name: str = "sft", **read: Unpack[EpisodeRead]) -> Dataset:
     """SFT rows (``messages`` + ``tools``) from the goodcases of ``source``.
 
     Args:
         source: Where episodes come from.
-        where: Which episodes to read.
-        verdicts: Judge verdicts by trace id (``EvolveState.verdicts()``).
-        tools: The tool schemas the runs saw (a list, or a function of the episode); traces
-            record only the tool count, so the environment supplies them.
-        gates: Success/length gates.
-        val_fraction: Share of *tasks* held out as ``val``.
-        seed: Seeds the task split.
         name: Dataset name for the manifest.
+        **read: Which episodes, their verdicts and tools, the gates and the split
+            (:class:`EpisodeRead`).
     """
-    g = gates or Gates()
-    dropped: dict[str, int] = {}
+    r = _Reader(source, read)
 
     def items() -> Iterable[tuple[str, str, dict[str, Any], list[str]]]:
-        for e in source.episodes(where):
-            decision = decide(e, (verdicts or {}).get(e.trace_id), g)
+        for e, decision in r.decided():
             if decision != "good":
-                dropped[f"not_good:{decision}"] = dropped.get(f"not_good:{decision}", 0) + 1
+                r.drop(f"not_good:{decision}")
                 continue
             messages = chat_messages(e.messages)
-            if not messages or messages[-1]["role"] != "assistant" or not _length_ok(messages, g):
-                dropped["length_or_shape"] = dropped.get("length_or_shape", 0) + 1
+            if (
+                not messages
+                or messages[-1]["role"] != "assistant"
+                or not _length_ok(messages, r.gates)
+            ):
+                r.drop("length_or_shape")
                 continue
             task = group_key(e)
             row = SFTRow(
                 messages=messages,
-                tools=_tools(tools, e),
+                tools=r.tools(e),
                 task=task,
                 trace_id=e.trace_id,
                 prompt_token_ids=e.prompt_token_ids,
@@ -279,9 +316,9 @@ def build_sft(
             if row.prompt_token_ids and row.completion_token_ids:
                 data["prompt_token_ids"] = row.prompt_token_ids
                 data["completion_token_ids"] = row.completion_token_ids
-            yield task, split_of(task, val_fraction=val_fraction, seed=seed), data, [e.trace_id]
+            yield task, r.split(task), data, [e.trace_id]
 
-    return _assemble("sft", name, items(), g, dropped)
+    return r.assemble("sft", name, items())
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -314,32 +351,26 @@ def divergence(
 def build_dpo(
     source: TraceSource,
     *,
-    where: EpisodeFilter | None = None,
-    verdicts: Mapping[str, Verdict] | None = None,
-    tools: ToolsFor | Sequence[dict[str, Any]] | None = None,
-    gates: Gates | None = None,
-    val_fraction: float = 0.2,
-    seed: int = 0,
     max_pairs_per_task: int = 4,
     name: str = "dpo",
+    **read: Unpack[EpisodeRead],
 ) -> Dataset:
     """Preference pairs: a good and a bad run of the same case pattern, at their divergence.
 
     Every bad run of a task is paired with a good run of that task (round robin); the pair's
     prompt is their shared history and chosen/rejected are the next assistant turns.
+    ``read``: as :func:`build_sft`'s.
     """
-    g = gates or Gates()
-    dropped: dict[str, int] = {}
+    r = _Reader(source, read)
     good: dict[str, list[Episode]] = defaultdict(list)
     bad: dict[str, list[Episode]] = defaultdict(list)
-    for e in source.episodes(where):
-        decision = decide(e, (verdicts or {}).get(e.trace_id), g)
+    for e, decision in r.decided():
         if decision == "good":
             good[group_key(e)].append(e)
         elif decision == "bad":
             bad[group_key(e)].append(e)
         else:
-            dropped["undecided"] = dropped.get("undecided", 0) + 1
+            r.drop("undecided")
 
     def items() -> Iterable[tuple[str, str, dict[str, Any], list[str]]]:
         for task in sorted(set(good) & set(bad)):
@@ -350,28 +381,26 @@ def build_dpo(
                 gd = good[task][i % len(good[task])]
                 cut = divergence(chat_messages(gd.messages), chat_messages(b.messages))
                 if cut is None:
-                    key = "no_assistant_divergence"
-                    dropped[key] = dropped.get(key, 0) + 1
+                    r.drop("no_assistant_divergence")
                     continue
                 prompt, chosen, rejected = cut
                 row = DPORow(
                     prompt=prompt,
                     chosen=[chosen],
                     rejected=[rejected],
-                    tools=_tools(tools, gd),
+                    tools=r.tools(gd),
                     task=task,
                     chosen_trace_id=gd.trace_id,
                     rejected_trace_id=b.trace_id,
                 )
                 made += 1
                 data = row.trl() | {"task": task}
-                split = split_of(task, val_fraction=val_fraction, seed=seed)
-                yield task, split, data, [gd.trace_id, b.trace_id]
+                yield task, r.split(task), data, [gd.trace_id, b.trace_id]
         unpaired = len(set(good) ^ set(bad))
         if unpaired:
-            dropped["task_without_pair"] = unpaired
+            r.dropped["task_without_pair"] = unpaired
 
-    return _assemble("dpo", name, items(), g, dropped)
+    return r.assemble("dpo", name, items())
 
 
 def build_grpo(

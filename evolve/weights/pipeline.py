@@ -61,7 +61,14 @@ from evoharness.evolve.episodes.traces import Episode, EpisodeFilter, TraceSourc
 from evoharness.evolve.judging.judge import Verdict
 from evoharness.evolve.promotion import EvalResult, GateDecision
 from evoharness.evolve.weights.config import DPORunConfig, SFTRunConfig, TrainConfig
-from evoharness.evolve.weights.datasets import Dataset, Gates, ToolsFor, build_dpo, build_sft
+from evoharness.evolve.weights.datasets import (
+    Dataset,
+    EpisodeRead,
+    Gates,
+    ToolsFor,
+    build_dpo,
+    build_sft,
+)
 from evoharness.evolve.weights.training import TrainResult, train
 from evoharness.evolve.weights.versions import (
     KIND,
@@ -448,7 +455,7 @@ class WeightsPipeline:
         if self.selection is not None:
             source = _Selected(source, self.selection, self.case_key)
         cfg = self.config
-        options: dict[str, Any] = {
+        options: EpisodeRead = {
             "where": cfg.where,
             "verdicts": self.verdicts,
             "tools": self.tools,

@@ -47,6 +47,7 @@ from evoharness.evolve.benchmarks.learn.grpo import (
     checker_reward,
     completion_reply,
     grpo_config,
+    mixed_tasks,
     prompt_rows,
     train_grpo,
 )
@@ -90,6 +91,7 @@ __all__ = [
     "last_line",
     "learn_table",
     "memory",
+    "mixed_tasks",
     "new_p0",
     "p0_failed",
     "prompt_rows",

@@ -10,7 +10,10 @@ have; there the layer does not run and says so.
 Prompts are the train tasks as the kept layers present them: the opening messages (system
 prompt with the kept prompt rules and memory, the request) and tool schemas of the last
 rejection-sampling round's runs, rendered with the model's chat template (TRL then samples
-``grpo_generations`` completions of each). The reward reads a completion as serving does
+``grpo_generations`` completions of each). Only the tasks that round both solved and failed
+are kept when there are any: a group whose completions all get one reward gives no gradient.
+
+The reward reads a completion as serving does
 (:func:`~evoharness.sdk.serving.local.parse_tool_calls`, then the harness's reply check
 unwrapping JSON calls written as text) and scores BFCL's verdict: 1 solved, 0 not.
 """
@@ -101,6 +104,13 @@ def step_means(run_dir: Path, keys: Sequence[str]) -> dict[str, float]:
     }
 
 
+def mixed_tasks(samples: Sequence[Sample]) -> set[str]:
+    """Tasks with both a verified and a failed sample: the prompts whose GRPO groups are
+    likely to hold both rewards (DAPO's reason for dynamic sampling)."""
+    good = {s.task for s in samples if s.verified}
+    return good & {s.task for s in samples if not s.verified}
+
+
 def _opening(sample: Sample) -> list[dict[str, Any]]:
     """The messages before the run's first assistant turn."""
     head: list[dict[str, Any]] = []
@@ -162,7 +172,11 @@ def train_grpo(
     LoRA on the base) with prompts from round ``sampled``'s samples; the published adapter
     (``None``: nothing trained) and what the layer is."""
     s = chain.settings
-    rows = prompt_rows(chain, round_samples(chain, sampled))
+    samples = round_samples(chain, sampled)
+    rows = prompt_rows(chain, samples)
+    mixed = mixed_tasks(samples)
+    if mixed:  # a group whose completions all get one reward has no gradient
+        rows = [r for r in rows if r["task_id"] in mixed]
     init, parent = start if start is not None else (None, None)
     config = grpo_config(chain, init)
     t0 = time.perf_counter()
@@ -192,7 +206,9 @@ def train_grpo(
     means = step_means(Path(result.run_dir), ("reward", "frac_reward_zero_std"))
     reward, flat = means["reward"], means["frac_reward_zero_std"]
     chain.echo(
-        f"  grpo: {result.steps} steps on {len(rows)} train prompts, mean reward {reward:.3f}, "
+        f"  grpo: {result.steps} steps on {len(rows)} train prompts "
+        f"({'the tasks with mixed samples' if mixed else 'no task with mixed samples: all'}), "
+        f"mean reward {reward:.3f}, "
         f"{flat:.0%} of groups all one reward (no signal) ({result.tokens_per_s:.0f} "
         f"tokens/s) -> v{version}"
     )

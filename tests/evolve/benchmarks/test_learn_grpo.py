@@ -72,7 +72,9 @@ def test_the_grpo_layer_trains_two_steps_from_the_last_kept_adapter_and_resumes(
     assert re.fullmatch(r"\d\.\d{3} p_grpo=\S+", tail), lines[-1]
     assert set(out) >= {"grpo", "p_grpo"} and list(out)[-2:] == ["grpo", "p_grpo"]
     # 2 steps, 1 train prompt x 2 completions each, through TRL; published as v4
-    done = r"grpo: 2 steps on 2 train prompts, mean reward \d\.\d{3}, \d+% of groups .* -> v4"
+    # sample 0 (the oracle) solves each task, sample 1 (the random model) fails it: both mixed
+    done = r"grpo: 2 steps on 2 train prompts \(the tasks with mixed samples\), mean reward "
+    done += r"\d\.\d{3}, \d+% of groups .* -> v4"
     assert re.search(done, text)
     assert "learn-bfcl-policy-v4" in text  # the GRPO adapter was served and evaluated
     run = json.loads((tmp_path / "weights" / "grpo" / "run.json").read_text())
@@ -100,6 +102,15 @@ def test_the_grpo_layer_trains_two_steps_from_the_last_kept_adapter_and_resumes(
     assert len((tmp_path / "weights" / "grpo" / "metrics.jsonl").read_text().splitlines()) == len(
         steps
     )
+
+
+def test_grpo_prompts_are_the_tasks_both_solved_and_failed() -> None:
+    from evoharness.evolve.weights import Sample
+
+    runs = [("a", True), ("a", False), ("b", True), ("b", True), ("c", False)]
+    samples = [Sample(task=t, messages=[], verified=v) for t, v in runs]
+    assert learn.mixed_tasks(samples) == {"a"}
+    assert learn.mixed_tasks(samples[2:]) == set()
 
 
 def test_on_a_multi_turn_environment_the_layer_does_not_run_and_says_why() -> None:

@@ -12,6 +12,7 @@ is never called here.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import re
@@ -46,7 +47,14 @@ def approx_message_tokens(messages: Sequence[BaseMessage]) -> int:
     return sum(approx_tokens(message_text(m)) + MESSAGE_OVERHEAD_TOKENS for m in messages)
 
 
+@functools.cache
 def _offline_encoder() -> Callable[[str], int] | None:
+    """The bundled cl100k encoding as a chunked counter, or ``None`` when not installed.
+
+    One per process: every :class:`TokenCounter` shares its chunk cache, so a text seen by
+    one agent (the same system prompt, tool schema or record in another task's agent)
+    costs the next one a lookup.
+    """
     try:
         import tiktoken
     except ImportError:
@@ -62,44 +70,56 @@ def _offline_encoder() -> Callable[[str], int] | None:
     return chunked_counter(lambda text: len(enc.encode_ordinary(text)))
 
 
-_CUT = re.compile(r"(?<=\n)(?=[!-~])")
+_CUT = re.compile(r"\n(?=[!-~])")
 """Where a text may be cut without changing its token count: after a newline that a printable
-ASCII character follows. No piece of cl100k's pre-tokenizer spans that point (no piece
-starts with a newline and goes on into a non-space character, and whitespace runs that end
-in a newline end there), and BPE merges only within a piece, so the count of a text is the
-sum of its chunks' counts (``tests/harness/test_token_chunks.py`` checks it against whole
-encodings)."""
+ASCII character follows (each match ends at a cut). No piece of cl100k's pre-tokenizer spans
+that point (no piece starts with a newline and goes on into a non-space character, and
+whitespace runs that end in a newline end there), and BPE merges only within a piece, so the
+count of a text is the sum of its chunks' counts (``tests/harness/test_token_chunks.py``
+checks it against whole encodings). The pattern starts with its literal newline, so the
+regular expression engine jumps from newline to newline (a lookbehind before the newline
+made it try every position: ~35 times slower on the same texts)."""
 
 
 def chunked_counter(
     encode: Callable[[str], int],
     *,
-    min_chars: int = 256,
-    max_chunk: int = 4096,
-    max_cache: int = 50_000,
+    max_chunk: int = 32_768,
+    max_chars: int = 4_000_000,
 ) -> Callable[[str], int]:
     """``encode`` over a text's line chunks, each chunk counted once and remembered: the
     same lines recur in every call of a session (system prompt, tool results, earlier
-    turns), and encoding is what exact counting costs. Texts under ``min_chars`` and chunks
-    over ``max_chunk`` characters are encoded as they are; the cache is emptied when it
-    holds ``max_cache`` chunks."""
+    turns) and across sessions (tool-call arguments, records), and encoding is what exact
+    counting costs (cl100k's pre-tokenizer is a backtracking regular expression; a cached
+    chunk is one dict lookup). Chunks over ``max_chunk`` characters are encoded and not
+    kept; the cache is emptied when the chunks it holds reach ``max_chars`` characters in
+    all (bounded by size, not by count: one chunk may be a whole page)."""
     cache: dict[str, int] = {}
+    held = 0  # characters of the cached chunks
+
+    def remember(part: str) -> int:
+        nonlocal held
+        n = encode(part)
+        if len(part) <= max_chunk:
+            if held + len(part) > max_chars:
+                cache.clear()
+                held = 0
+            cache[part] = n
+            held += len(part)
+        return n
 
     def count(text: str) -> int:
-        if len(text) < min_chars:
-            return encode(text)
         n = 0
-        for part in _CUT.split(text):
-            if len(part) > max_chunk:
-                n += encode(part)
-                continue
+        start = 0
+        for cut in _CUT.finditer(text):
+            end = cut.end()
+            part = text[start:end]
             hit = cache.get(part)
-            if hit is None:
-                if len(cache) >= max_cache:
-                    cache.clear()
-                hit = cache[part] = encode(part)
-            n += hit
-        return n
+            n += remember(part) if hit is None else hit
+            start = end
+        part = text[start:] if start else text
+        hit = cache.get(part)
+        return n + (remember(part) if hit is None else hit)
 
     return count
 

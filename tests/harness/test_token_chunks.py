@@ -25,7 +25,7 @@ def encoder() -> object:
 def test_random_texts_count_as_their_whole_encoding() -> None:
     enc = encoder()
     whole = lambda t: len(enc.encode_ordinary(t))  # noqa: E731
-    count = chunked_counter(whole, min_chars=0, max_chunk=64)
+    count = chunked_counter(whole, max_chunk=64)
     rng = random.Random(7)
     texts = ["".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 600))) for _ in range(2000)]
     bad = [t for t in texts if count(t) != whole(t)]
@@ -47,15 +47,58 @@ def test_realistic_payloads_and_repeats_count_the_same() -> None:
         assert count(t) == whole(t)
 
 
-def test_the_cache_is_bounded() -> None:
+def test_chunks_cut_after_a_newline_a_printable_character_follows() -> None:
     seen: list[str] = []
 
     def whole(t: str) -> int:
         seen.append(t)
         return len(t)
 
-    count = chunked_counter(whole, min_chars=0, max_cache=3)
-    for i in range(10):
-        count(f"line {i}\nnext {i}\n")
-    count("line 9\nnext 9\n")  # still cached: no new encoding
-    assert len(seen) == 20
+    count = chunked_counter(whole)
+    text = "a: 1\n  b: 2\n- c\n\n\td\n\u00e9\nend"
+    assert count(text) == len(text)
+    assert seen == ["a: 1\n  b: 2\n", "- c\n\n\td\n\u00e9\n", "end"]
+    assert count("") == 0
+
+
+def test_repeated_chunks_are_encoded_once_and_big_ones_are_not_kept() -> None:
+    seen: list[str] = []
+
+    def whole(t: str) -> int:
+        seen.append(t)
+        return len(t)
+
+    count = chunked_counter(whole, max_chunk=10)
+    assert count("short\nshort\n") == 12  # one chunk, twice
+    assert seen == ["short\n"]
+    big = "x" * 11
+    count(big)
+    count(big)
+    assert seen == ["short\n", big, big]
+
+
+def test_the_cache_is_bounded_by_characters() -> None:
+    seen: list[str] = []
+
+    def whole(t: str) -> int:
+        seen.append(t)
+        return len(t)
+
+    count = chunked_counter(whole, max_chars=40)  # chunks of 7 characters: five fit
+    for i in range(5):
+        count(f"line {i}\n")
+    count("line 0\n")  # still cached
+    assert len(seen) == 5
+    count("line 5\n")  # over the bound: the cache starts again with this chunk
+    count("line 0\n")
+    assert seen[5:] == ["line 5\n", "line 0\n"]
+
+
+def test_counters_share_one_chunk_cache_per_process() -> None:
+    from evoharness.harness.tokens import TokenCounter
+
+    a, b = TokenCounter(), TokenCounter()
+    assert a.exact and b.exact
+    assert a._encode is b._encode
+    text = "You are Globex.\nTools: planner, item_search\n" * 8
+    assert a.text(text) == b.text(text) == len(encoder().encode_ordinary(text))  # type: ignore[attr-defined]

@@ -162,13 +162,8 @@ class AnthropicLike(ScriptedChatModel):
 
     def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
         self.tool_lists.append([t["function"]["name"] for t in kw.get("tools", [])])
+        # (the async path runs this too: the scripted model's _agenerate calls _generate)
         return super()._generate(messages, stop, run_manager, **kw)
-
-    async def _agenerate(
-        self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any
-    ) -> Any:
-        self.tool_lists.append([t["function"]["name"] for t in kw.get("tools", [])])
-        return await super()._agenerate(messages, stop, run_manager, **kw)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -47,7 +47,7 @@ compgen -G "$WHEELS/*.whl" >/dev/null || die "no wheels in $WHEELS: run scripts/
 rm -rf "$SITE"
 mkdir -p "$SITE" "$WORK" "$OUT"
 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --disable-pip-version-check --target "$SITE" "$WHEELS"/*.whl \
+    --disable-pip-version-check --root-user-action=ignore --target "$SITE" "$WHEELS"/*.whl \
     || die "offline install of $WHEELS failed"
 mkdir -p "$SITE/evoharness"
 for layer in sdk harness evolve examples; do

@@ -28,7 +28,6 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import islice
 from typing import Any
 
 import orjson
@@ -106,10 +105,12 @@ class JsonArray:
     def text(self) -> bytes:
         """The array as UTF-8 JSON text, copied once: a long session's generations carry
         megabytes each, and ``b"[" + ... + b"]"`` copied them twice more."""
-        items = self.items
-        if len(items) < 2:
-            return b"[" + (items[0] if items else b"") + b"]"
-        return b",".join((b"[" + items[0], *islice(items, 1, len(items) - 1), items[-1] + b"]"))
+        if len(self.items) < 2:
+            return b"[" + (self.items[0] if self.items else b"") + b"]"
+        parts = self.items.copy()  # the brackets go on the end items (a few bytes copied)
+        parts[0] = b"[" + parts[0]
+        parts[-1] += b"]"
+        return b",".join(parts)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, JsonArray) and other.items == self.items

@@ -356,6 +356,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-length", type=int, default=1536)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--layers", type=int, default=None, help="override the depth (24)")
+    parser.add_argument(
+        "--bf16", action=argparse.BooleanOptionalAction, default=None, help="default: on a GPU"
+    )
     a = parser.parse_args(argv)
     if a.cpu:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -394,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # ours sets torch's threads from the config: keep the count plain TRL runs with
     common: dict[str, Any] = {
         "base_model": str(base),
-        "bf16": gpu,
+        "bf16": gpu if a.bf16 is None else a.bf16,
         "batch_size": a.batch_size,
         "seed": a.seed,
         "lora": lora,

@@ -502,7 +502,7 @@ def gate(
         max_new_tokens=max_new_tokens,
     )  # fmt: skip
     with _pipeline(target, given) as p:
-        if p.evaluate_fn is None:
+        if p.evaluate is None:
             raise ConfigError(
                 "the environment has no run side to replay, so no offline gate can run: "
                 "prove the published adapter with a staged rollout instead (evoharness "

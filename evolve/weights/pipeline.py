@@ -51,6 +51,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -328,10 +329,6 @@ class WeightsState(BaseModel):
         os.replace(tmp, path)
 
 
-def _quiet(_: str) -> None:
-    pass
-
-
 def _short_prompt(row: Mapping[str, Any], limit: int | None) -> bool:
     return limit is None or sum(len(str(m.get("content", ""))) for m in row["prompt"]) <= limit
 
@@ -362,15 +359,16 @@ def _trained_line(
     )
 
 
+@dataclass(eq=False)
 class WeightsPipeline:
     """The weights layer's stages over one work directory (resumable; see the module docs).
 
-    Args:
+    Attributes:
         source: Where the episodes come from (``config.where`` selects them).
         config: What to train, how to gate, what to promote.
         registry: Where adapter versions are published, labelled and promoted.
         workdir: Holds ``state.json``, ``data/<stage>`` (the datasets) and ``runs/<stage>``
-            (the training runs).
+            (the training runs); a ``str`` is taken as a path.
         evaluate: Runs a :class:`Candidate` on the frozen splits (needed by ``gate``).
         tools: The tool schemas the runs saw (a list, or a function of the episode).
         verdicts: Judge verdicts by trace id (``EvolveState.verdicts()``), if any.
@@ -379,40 +377,36 @@ class WeightsPipeline:
         actor: Recorded as the author of versions and promotions.
         log: Receives one line per step (default: silent).
         progress: Receives training steps and evaluations (a progress bar).
+        path: ``workdir / "state.json"``.
+        state: What is done (read from :attr:`path`; a new work directory starts empty).
     """
 
-    def __init__(
-        self,
-        source: TraceSource | None,
-        *,
-        config: WeightsLayerConfig,
-        registry: Registry,
-        workdir: Path | str,
-        evaluate: Evaluate | None = None,
-        tools: ToolsFor | Sequence[dict[str, Any]] | None = None,
-        verdicts: Mapping[str, Verdict] | None = None,
-        selection: Selection | None = None,
-        case_key: CaseKey | None = None,
-        actor: str = "evoharness",
-        log: Log | None = None,
-        progress: Progress | None = None,
-    ) -> None:
-        self.source = source
-        self.config = config
-        self.registry = registry
-        self.workdir = Path(workdir)
-        self.evaluate_fn = evaluate
-        self.tools = tools
-        self.verdicts = verdicts
-        self.selection = selection
-        self.case_key = case_key
-        self.actor = actor
-        self.log = log or _quiet
-        self.progress = progress
+    source: TraceSource | None
+    _: KW_ONLY
+    config: WeightsLayerConfig
+    registry: Registry
+    workdir: Path
+    evaluate: Evaluate | None = None
+    tools: ToolsFor | Sequence[dict[str, Any]] | None = None
+    verdicts: Mapping[str, Verdict] | None = None
+    selection: Selection | None = None
+    case_key: CaseKey | None = None
+    actor: str = "evoharness"
+    log: Log | None = None
+    progress: Progress | None = None
+    path: Path = field(init=False)
+    state: WeightsState = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.workdir = Path(self.workdir)
         self.path = self.workdir / "state.json"
-        self.state = WeightsState.load(self.path, config.policy)
+        self.state = WeightsState.load(self.path, self.config.policy)
 
     # -- bookkeeping -----------------------------------------------------------------------
+    def _say(self, line: str) -> None:
+        if self.log is not None:
+            self.log(line)
+
     def done(self, stage: Step) -> bool:
         """Whether ``stage`` has finished in this work directory."""
         return stage in self.state.done
@@ -467,7 +461,7 @@ class WeightsPipeline:
             built["dpo"] = build_dpo(source, **options)
         for stage, data in built.items():
             data.save(self.workdir / "data" / stage)
-        self.log(_datasets_line(built, cfg.gates))
+        self._say(_datasets_line(built, cfg.gates))
         self.forget("dataset")
         self._record(
             "dataset",
@@ -489,7 +483,7 @@ class WeightsPipeline:
             if self.progress is not None:
                 self.progress(f"train {stage}", done, steps)
             if done % every == 0:
-                self.log(f"    {stage} step {done}/{steps} loss={logs.get('loss', 0):.3f}")
+                self._say(f"    {stage} step {done}/{steps} loss={logs.get('loss', 0):.3f}")
 
         started = time.perf_counter()
         run = train(
@@ -501,7 +495,7 @@ class WeightsPipeline:
             progress=step,
         )
         seconds = time.perf_counter() - started
-        self.log(_trained_line(stage, run, len(rows), seconds, run_config))
+        self._say(_trained_line(stage, run, len(rows), seconds, run_config))
         return run, seconds
 
     def train(self) -> dict[str, TrainResult]:
@@ -554,7 +548,7 @@ class WeightsPipeline:
                 author=self.actor,
                 parent=parent.version if parent is not None else None,
             )
-            self.log(f"  published {served_name(out[stage])} ({stage})")
+            self._say(f"  published {served_name(out[stage])} ({stage})")
         self.forget("publish")
         self._record("publish", {s: v.version for s, v in out.items()})
         return out
@@ -568,7 +562,7 @@ class WeightsPipeline:
         return out
 
     def _evaluate(self, candidate: Candidate, index: int, total: int) -> Evaluation:
-        if self.evaluate_fn is None:
+        if self.evaluate is None:
             raise ConfigError(
                 "the gate stage runs the candidates on the frozen splits: pass evaluate= "
                 "(evoharness weights gate replays the environment's run side)",
@@ -576,7 +570,7 @@ class WeightsPipeline:
             )
         if self.progress is not None:
             self.progress("gate", index, total)
-        got = self.evaluate_fn(candidate)
+        got = self.evaluate(candidate)
         if self.progress is not None:
             self.progress("gate", index + 1, total)
         return got
@@ -621,7 +615,7 @@ class WeightsPipeline:
                 )
                 apply_gate(self.registry, cfg.policy, version.version, decision)
             now = status(self.registry, cfg.policy, version.version)
-            self.log(f"  gate {served_name(version)}: {decision.reason} -> {now}")
+            self._say(f"  gate {served_name(version)}: {decision.reason} -> {now}")
             record[stage] = {
                 "version": version.version,
                 "evaluation": evaluation.model_dump(mode="json"),
@@ -669,7 +663,7 @@ class WeightsPipeline:
                     reason=decision.reason,
                 )
                 record[stage] = {"version": version, "status": "rollout", "experiment": exp.id}
-                self.log(f"  {name}: staged rollout {exp.id} ({', '.join(map(str, rollout))})")
+                self._say(f"  {name}: staged rollout {exp.id} ({', '.join(map(str, rollout))})")
             else:
                 activate(
                     self.registry,
@@ -679,7 +673,7 @@ class WeightsPipeline:
                     reason=decision.reason,
                 )
                 record[stage] = {"version": version, "status": "active"}
-                self.log(f"  {name}: active (serving loads it before routing to it)")
+                self._say(f"  {name}: active (serving loads it before routing to it)")
             break  # one adapter goes live: the last chosen stage that passed
         self._record("activate", record)
         return record
@@ -709,7 +703,7 @@ class WeightsPipeline:
         for stage in (s for s in STAGES if s in stages):
             if self.done(stage):
                 skipped.append(stage)
-                self.log(f"  {stage}: done before in {self.workdir} (skipped)")
+                self._say(f"  {stage}: done before in {self.workdir} (skipped)")
                 continue
             if stage == "activate":
                 self.activate(rollout=rollout, min_dwell_s=min_dwell_s)

@@ -11,6 +11,7 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
+from pydantic import Field
 
 from evoharness.harness import EventLog
 from evoharness.harness._messages import text_of
@@ -189,6 +190,33 @@ def test_huge_result_is_offloaded_and_readable_back(tmp_path: Path, mode: str) -
     assert str(read_back.content).startswith(BULK[:200])
     assert out["cold_data"][ref_holder["ref"]]["chars"] == len(BULK)
     assert events.counts()["context_offload"] == 1
+
+
+class ToolsSeen(ScriptedChatModel):
+    """Records the tool schemas each call was bound with."""
+
+    bound: list[list[dict[str, Any]]] = Field(default_factory=list)
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
+        self.bound.append(list(kw.get("tools", [])))
+        return super()._generate(messages, stop, run_manager, **kw)
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_read_reference_is_offered_as_its_schema_converted_once(tmp_path: Path, mode: str) -> None:
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    mw = ContextMiddleware(ContextConfig(offload_chars=1000), cold_dir=tmp_path)
+    read = mw.tools[0]
+    model = ToolsSeen(script=[call(1), call(2), "done"])
+    agent = create_agent(model, [search], middleware=[mw])
+    payload = {"messages": [HumanMessage(REQUEST)]}
+    out = agent.invoke(payload) if mode == "invoke" else asyncio.run(agent.ainvoke(payload))
+    assert out["messages"][-1].content == "done"
+    want = [convert_to_openai_tool(read), convert_to_openai_tool(search)]
+    assert model.bound == [want] * 3  # what the model sees is what converting the tool gives
+    offered = mw._offer([read, search])  # the schema, converted at construction, as it is
+    assert offered[0] is mw._read_spec and offered[1] is search
 
 
 # -- L3 --------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Self, TypeVar, cast
 
 from langchain.agents.middleware import AgentMiddleware
@@ -23,6 +23,7 @@ from evoharness.harness.breaker.state import (
     Permit,
     Transition,
 )
+from evoharness.harness.compose import AToolHandler
 from evoharness.harness.events import EventLog
 
 KeyFn = Callable[[ToolCall], str]
@@ -307,11 +308,7 @@ class CircuitBreakerMiddleware(AgentMiddleware[Any, Any, Any]):
             result = call.result = handler(call.request)
         return result
 
-    async def awrap_tool_call(
-        self,
-        request: ToolCallRequest,
-        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
-    ) -> ToolResult:
+    async def awrap_tool_call(self, request: ToolCallRequest, handler: AToolHandler) -> ToolResult:
         if request.tool is None:
             return await handler(request)
         key = self.key(request.tool_call)

@@ -10,16 +10,14 @@ recorded: in state, on the traced run (the trace's ``skill_ids``, through
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NotRequired, TypedDict, cast
 
-from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware import AgentState, ModelRequest
 from langchain_core.messages import HumanMessage, SystemMessage
-from langgraph.runtime import Runtime
 
 from evoharness.harness._messages import text_of
-from evoharness.harness.events import EventLog
+from evoharness.harness.context._session_start import SessionStartMiddleware
 from evoharness.harness.tracing.trace_context import record_references
 
 ReferenceProvider = Callable[[str, str | None], tuple[Sequence[str], str]]
@@ -37,7 +35,7 @@ class ReferenceState(AgentState[Any]):
     references: NotRequired[References]
 
 
-class ReferenceMiddleware(AgentMiddleware[ReferenceState, Any, Any]):
+class ReferenceMiddleware(SessionStartMiddleware[ReferenceState, ReferenceProvider]):
     """Inject relevant learned references once per session.
 
     Args:
@@ -48,18 +46,6 @@ class ReferenceMiddleware(AgentMiddleware[ReferenceState, Any, Any]):
     """
 
     state_schema = ReferenceState
-
-    def __init__(
-        self,
-        provider: ReferenceProvider,
-        *,
-        user_id: str | None = None,
-        events: EventLog | None = None,
-    ) -> None:
-        super().__init__()
-        self.provider = provider
-        self.user_id = user_id
-        self.events = events or EventLog()
 
     def start(self, state: ReferenceState) -> dict[str, Any] | None:
         """The on_session_start decision: look the references up once per thread."""
@@ -77,34 +63,11 @@ class ReferenceMiddleware(AgentMiddleware[ReferenceState, Any, Any]):
         self.events.emit("memory_injected", self.name, skill_ids=list(ids))
         return {"references": {"ids": list(ids), "text": text}}
 
-    def before_agent(self, state: ReferenceState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self.start(state)
-
-    async def abefore_agent(
-        self, state: ReferenceState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        # the provider reads a store (SQLite, Redis, ...): off the event loop
-        return await asyncio.to_thread(self.start, state)
-
-    @staticmethod
-    def _inject(request: ModelRequest[Any]) -> ModelRequest[Any]:
+    def serve(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """The request with the injected section after the system prompt."""
         refs = cast(References | None, request.state.get("references"))
         text = refs["text"] if refs else None
         if not text:
             return request
         base = text_of(request.system_message) if request.system_message else ""
         return request.override(system_message=SystemMessage(f"{base}\n\n{text}".strip()))
-
-    def wrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
-        return handler(self._inject(request))
-
-    async def awrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
-        return await handler(self._inject(request))

@@ -23,21 +23,21 @@ callable) names the skills that fit the user's request. The middleware then
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, NotRequired, Protocol, TypedDict, cast
 
-from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware import AgentState, ModelRequest
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt import InjectedState
 from langgraph.prebuilt.tool_node import ToolCallRequest
-from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from evoharness.harness._messages import ToolResult, text_of
+from evoharness.harness.compose import AToolHandler
+from evoharness.harness.context._session_start import SessionStartMiddleware
 from evoharness.harness.events import EventLog
 from evoharness.harness.tracing.recorder import Tracer, TracingMiddleware, tool_message_of
 from evoharness.harness.tracing.trace_context import current_context
@@ -260,7 +260,7 @@ def _merge_updates(into: dict[str, Any], update: Any) -> None:
             into[key] = value
 
 
-class SkillsMiddleware(AgentMiddleware[SkillsState, Any, Any]):
+class SkillsMiddleware(SessionStartMiddleware[SkillsState, SkillProvider]):
     """Offer skills by progressive disclosure; run workflow skills as one governed tool.
 
     Put it before the rest of the harness (the session door does): its workflow's inner
@@ -289,10 +289,7 @@ class SkillsMiddleware(AgentMiddleware[SkillsState, Any, Any]):
         tracer: Tracer | None = None,
         events: EventLog | None = None,
     ) -> None:
-        super().__init__()
-        self.provider = provider
-        self.user_id = user_id
-        self.events = events or EventLog()
+        super().__init__(provider, user_id=user_id, events=events)
         self.tools = [_load_skill_tool()]
         self._tracing: TracingMiddleware | None = (
             tracer.middleware() if tracer is not None else None
@@ -337,15 +334,6 @@ class SkillsMiddleware(AgentMiddleware[SkillsState, Any, Any]):
             )
         }
 
-    def before_agent(self, state: SkillsState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self.start(state)
-
-    async def abefore_agent(
-        self, state: SkillsState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        # the provider may read a registry: off the event loop
-        return await asyncio.to_thread(self.start, state)
-
     # -- pre_think: the listing in the static prompt, workflow tools beside the app's ------
     def serve(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         """The request with the skills section and the workflow tools (the same bytes on
@@ -360,20 +348,6 @@ class SkillsMiddleware(AgentMiddleware[SkillsState, Any, Any]):
         system = SystemMessage(f"{base}\n\n{offered['listing']}".strip())
         extra = [offered["workflows"][n] for n in sorted(offered["workflows"])]
         return request.override(system_message=system, tools=[*request.tools, *extra])
-
-    def wrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
-        return handler(self.serve(request))
-
-    async def awrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
-        return await handler(self.serve(request))
 
     # -- tool calls: load_skill through the harness, workflows step by step ----------------
     def _workflow(self, request: ToolCallRequest) -> tuple[bool, WorkflowProgram | None]:
@@ -523,11 +497,7 @@ class SkillsMiddleware(AgentMiddleware[SkillsState, Any, Any]):
             self._note_loaded(request, result)
         return result
 
-    async def awrap_tool_call(
-        self,
-        request: ToolCallRequest,
-        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
-    ) -> ToolResult:
+    async def awrap_tool_call(self, request: ToolCallRequest, handler: AToolHandler) -> ToolResult:
         workflow, program = self._workflow(request)
         if workflow:
             if program is None:

@@ -39,6 +39,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from evoharness.harness._messages import ToolResult
+from evoharness.harness.compose import AToolHandler
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog, HarnessEvent
 from evoharness.harness.tracing.ids import root_span_id, trace_id_for
@@ -607,11 +608,7 @@ class TracingMiddleware(AgentMiddleware[Any, Any, Any]):
             result = call.result = handler(request)
         return result
 
-    async def awrap_tool_call(
-        self,
-        request: ToolCallRequest,
-        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
-    ) -> ToolResult:
+    async def awrap_tool_call(self, request: ToolCallRequest, handler: AToolHandler) -> ToolResult:
         ctx = current_context()
         if ctx is None:
             return await handler(request)

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from evoharness.evolve._harnessed import run_harnessed
 from evoharness.evolve.environment import EvolveEnvironment
 from evoharness.evolve.judging.rubric import BASE_ITEMS
-from evoharness.evolve.prompting.evaluation import mcnemar_exact
+from evoharness.evolve.prompting.paired import mcnemar_exact
 from evoharness.harness.errors import ConfigError
 from evoharness.sdk.environment import Environment
 from evoharness.sdk.memory.entries import MEMORY

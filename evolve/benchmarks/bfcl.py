@@ -55,7 +55,7 @@ from evoharness.evolve import EpisodeFilter, EvolveState, LocalTraceSource
 from evoharness.evolve._harnessed import run_harnessed
 from evoharness.evolve.cycle import run_plugin_cycle
 from evoharness.evolve.environment import load_plugin
-from evoharness.evolve.prompting.evaluation import mcnemar_exact
+from evoharness.evolve.prompting.paired import mcnemar_exact
 from evoharness.evolve.prompting.reflect import LLMReflector
 from evoharness.evolve.weights import (
     Gates,

@@ -27,9 +27,7 @@ from evoharness.evolve.prompting.evaluation import (
     PairedEvaluation,
     PairedReport,
     RunRecord,
-    SplitComparison,
     close_worker_caches,
-    mcnemar_exact,
     run_item,
     worker_trace_store,
 )
@@ -47,6 +45,7 @@ from evoharness.evolve.prompting.layer import (
     ensure_prompt,
     run_prompt_layer,
 )
+from evoharness.evolve.prompting.paired import SplitComparison, mcnemar_exact
 from evoharness.evolve.prompting.reflect import (
     LLMReflector,
     Reflector,

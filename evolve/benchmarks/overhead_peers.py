@@ -7,8 +7,9 @@ exported to Langfuse (the loopback stand-in) after every run, end to end; and, w
 installed, the same loop traced by one LangChain callback handler that does nothing, by
 LangSmith (to a loopback sink), by Langfuse's own ``langfuse.langchain.CallbackHandler``
 (to the stand-in; bare and with the harness) and by OpenInference over OpenTelemetry (to a
-loopback OTLP sink). Then the realistic tool workload (:mod:`.overhead_tools`): bare, the
-harness with tracing, and with tracing and ``ContextConfig()``, per task.
+loopback OTLP sink; these come with ``pip install 'evoharness[peers]'``). Then the
+realistic tool workload (:mod:`.overhead_tools`): bare, the harness with tracing, and with
+tracing and ``ContextConfig()``, per task.
 
 Counted, not timed, where valgrind is installed: callgrind instructions of every thread
 over two steady-state runs (the second and third run of one process; instrumentation is
@@ -442,7 +443,8 @@ def run(
     )
     _table(cost, counted, echo)
     if skipped:
-        echo("not installed, skipped: " + ", ".join(skipped))
+        hint = " (pip install 'evoharness[peers]')"
+        echo("not installed, skipped: " + ", ".join(skipped) + hint)
     last = _last_line(cost)
     echo(last)
     return cost

@@ -10,7 +10,6 @@ a rules file); the door serves the learned ones beside them.
 from __future__ import annotations
 
 import threading
-from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
@@ -25,7 +24,6 @@ from evoharness.sdk.session.door import Resolved, SessionContext, pinned
 __all__ = ["GuardRulesSource", "PinnedGuardRulesMiddleware"]
 
 
-@dataclass(eq=False)
 class GuardRulesSource:
     """Resolves the guard-rule version a session is checked against.
 
@@ -37,15 +35,22 @@ class GuardRulesSource:
             arm (sticky by user) and records it.
     """
 
-    registry: Registry
-    name: str = "default"
-    _: KW_ONLY
-    label: str = "active"
-    rollout: RolloutController | None = None
-    kind: str = field(default=GUARD_RULES, init=False)
-    # versions are immutable: parse each once
-    _sets: dict[int, GuardRuleSet] = field(init=False, repr=False, default_factory=dict)
-    _lock: threading.Lock = field(init=False, repr=False, default_factory=threading.Lock)
+    kind = GUARD_RULES
+
+    def __init__(
+        self,
+        registry: Registry,
+        name: str = "default",
+        *,
+        label: str = "active",
+        rollout: RolloutController | None = None,
+    ) -> None:
+        self.registry = registry
+        self.name = name
+        self.label = label
+        self.rollout = rollout
+        self._sets: dict[int, GuardRuleSet] = {}  # versions are immutable: parse each once
+        self._lock = threading.Lock()
 
     def resolve(self, context: SessionContext) -> Resolved:
         """The session's arm of the rules' running rollout (sticky by user), else the rule

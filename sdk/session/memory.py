@@ -14,7 +14,6 @@ import inspect
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
@@ -46,7 +45,6 @@ def _two_args(fn: Callable[..., str]) -> bool:
     return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
 
 
-@dataclass(eq=False)
 class MemorySource:
     """Resolves the memory snapshot a session retrieves from.
 
@@ -72,33 +70,41 @@ class MemorySource:
         memory=MemorySource(registry, "default", case_key=plugin.case_key))``
     """
 
-    registry: Registry
-    name: str = "default"
-    _: KW_ONLY
-    label: str = "active"
-    k: int = 3
-    similar: Similarity = similarity
-    min_relevance: float = 0.05
-    keep: int = 4
-    case_key: CaseKey | None = None
-    rollout: RolloutController | None = None
-    kind: str = field(default=MEMORY, init=False)
-    _with_metadata: bool = field(init=False, repr=False, default=False)
-    _retrievers: OrderedDict[int, MemoryRetriever] = field(
-        init=False, repr=False, default_factory=OrderedDict
-    )
-    _lock: threading.Lock = field(init=False, repr=False, default_factory=threading.Lock)
+    kind = MEMORY
 
-    def __post_init__(self) -> None:
-        if not 1 <= self.k <= 3:
+    def __init__(
+        self,
+        registry: Registry,
+        name: str = "default",
+        *,
+        label: str = "active",
+        k: int = 3,
+        similar: Similarity = similarity,
+        min_relevance: float = 0.05,
+        keep: int = 4,
+        case_key: CaseKey | None = None,
+        rollout: RolloutController | None = None,
+    ) -> None:
+        if not 1 <= k <= 3:
             raise ValueError("k must be between 1 and 3")
-        if self.case_key is not None and not callable(self.case_key):
+        if case_key is not None and not callable(case_key):
             raise ConfigError(
                 f"case_key must be a function (request, metadata) -> pattern, not "
-                f"{type(self.case_key).__name__}; pass the environment plugin's case_key",
+                f"{type(case_key).__name__}; pass the environment plugin's case_key",
                 field="case_key",
             )
-        self._with_metadata = self.case_key is not None and _two_args(self.case_key)
+        self.registry = registry
+        self.name = name
+        self.label = label
+        self.k = k
+        self.similar = similar
+        self.min_relevance = min_relevance
+        self.keep = keep
+        self.case_key = case_key
+        self.rollout = rollout
+        self._with_metadata = case_key is not None and _two_args(case_key)
+        self._retrievers: OrderedDict[int, MemoryRetriever] = OrderedDict()
+        self._lock = threading.Lock()
 
     def retriever(self, version: int) -> MemoryRetriever:
         """The retriever over snapshot ``version`` (loaded and indexed on first use)."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
@@ -31,7 +30,6 @@ from evoharness.sdk.skills.registry import SKILLS, CaseKey, SkillSet, skill_set_
 __all__ = ["PinnedSkillsMiddleware", "SkillsSource"]
 
 
-@dataclass(eq=False)
 class SkillsSource:
     """Resolves the skill set a session is offered skills from.
 
@@ -52,26 +50,35 @@ class SkillsSource:
             rollout arm), a session gets its arm (sticky by user) and records it.
     """
 
-    registry: Registry
-    name: str = "default"
-    _: KW_ONLY
-    label: str = "active"
-    case_key: CaseKey | None = None
-    tracer: Tracer | None = None
-    candidate: str | None = None
-    candidate_share: float = 0.0
-    keep: int = 4
-    rollout: RolloutController | None = None
-    kind: str = field(default=SKILLS, init=False)
-    _sets: OrderedDict[int, SkillSet] = field(init=False, repr=False, default_factory=OrderedDict)
-    _cards: dict[tuple[int, str], list[SkillCard]] = field(
-        init=False, repr=False, default_factory=dict
-    )
-    _lock: threading.Lock = field(init=False, repr=False, default_factory=threading.Lock)
+    kind = SKILLS
 
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.candidate_share <= 1.0:
+    def __init__(
+        self,
+        registry: Registry,
+        name: str = "default",
+        *,
+        label: str = "active",
+        case_key: CaseKey | None = None,
+        tracer: Tracer | None = None,
+        candidate: str | None = None,
+        candidate_share: float = 0.0,
+        keep: int = 4,
+        rollout: RolloutController | None = None,
+    ) -> None:
+        if not 0.0 <= candidate_share <= 1.0:
             raise ConfigError("candidate_share must be between 0 and 1", field="candidate_share")
+        self.registry = registry
+        self.name = name
+        self.label = label
+        self.case_key = case_key
+        self.tracer = tracer
+        self.candidate = candidate
+        self.candidate_share = candidate_share
+        self.keep = keep
+        self.rollout = rollout
+        self._sets: OrderedDict[int, SkillSet] = OrderedDict()
+        self._cards: dict[tuple[int, str], list[SkillCard]] = {}
+        self._lock = threading.Lock()
 
     def skill_set(self, version: int) -> SkillSet:
         """Version ``version`` (read and parsed once; versions are immutable)."""

@@ -161,6 +161,18 @@ def _non_text_blocks(m: BaseMessage) -> list[Any]:
     return [b for b in content if isinstance(b, dict) and b.get("type") in _NON_TEXT]
 
 
+def _system_message(given: SystemMessage | None, base: str, sections: str) -> SystemMessage | None:
+    """The window's system message (not Anthropic's blocks): the prompt, then the sections.
+
+    With no sections the request's own message is kept as it is (no new object per call,
+    the same one every call), and with no text at all there is none: an empty system
+    message says nothing and some providers refuse one."""
+    text = f"{base}\n\n{sections}".strip()
+    if given is not None and text == given.content:
+        return given
+    return SystemMessage(text) if text else None
+
+
 def _same(a: BaseMessage, b: BaseMessage) -> bool:
     """The same message in two consecutive windows (by identity, id, or equal content)."""
     if a is b:
@@ -499,9 +511,9 @@ class ContextMiddleware(ModelCallSteps, AgentMiddleware[ContextState, Any, Any])
                 blocks.append(
                     {"type": "text", "text": sections, "cache_control": {"type": "ephemeral"}}
                 )
-            system = SystemMessage(content=cast(Any, blocks))
+            system: SystemMessage | None = SystemMessage(content=cast(Any, blocks))
         else:
-            system = SystemMessage(f"{base}\n\n{sections}".strip())
+            system = _system_message(request.system_message, base, sections)
         messages = list(request.messages)
         hot = state.get("hot_context") or {}
         if self.config.hot_note and hot.get("latest"):

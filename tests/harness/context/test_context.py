@@ -129,6 +129,36 @@ def test_sections_are_deterministic_and_ordered() -> None:
     assert render_sections({"task_state": {"goal": "g", "constraints": {"a": "A."}}}) == ""
 
 
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("prompt", [None, "You shop."])
+def test_without_sections_the_system_message_is_the_given_one(
+    tmp_path: Path, mode: str, prompt: str | None
+) -> None:
+    model = ScriptedChatModel(script=[call(1), "done"])
+    agent = create_agent(
+        model, [search], system_prompt=prompt, middleware=[ContextMiddleware(cold_dir=tmp_path)]
+    )
+    payload = {"messages": [HumanMessage(REQUEST)]}
+    _ = agent.invoke(payload) if mode == "invoke" else asyncio.run(agent.ainvoke(payload))
+    firsts = [seen[0] for seen in model.calls]
+    if prompt is None:  # no empty system message
+        assert all(isinstance(m, HumanMessage) for m in firsts)
+    else:  # the request's own message, the same object on every call
+        assert [m.content for m in firsts] == [prompt, prompt] and firsts[0] is firsts[1]
+
+
+def test_sections_follow_the_system_prompt(tmp_path: Path) -> None:
+    from evoharness.harness.context.middleware import _system_message
+
+    given = SystemMessage("You shop.")
+    assert _system_message(given, "You shop.", "") is given
+    made = _system_message(given, "You shop.", "WORKING MEMORY\n- decided: steel")
+    assert made is not None and made.content == "You shop.\n\nWORKING MEMORY\n- decided: steel"
+    assert _system_message(None, "", "") is None
+    alone = _system_message(None, "", "TASK STATE")
+    assert alone is not None and alone.content == "TASK STATE"
+
+
 class AnthropicLike(ScriptedChatModel):
     @property
     def _llm_type(self) -> str:

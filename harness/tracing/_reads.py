@@ -346,7 +346,22 @@ class TraceReader:
             return full[oid]
 
         lists = {b["id"]: expand(b["id"]) for b in bodies if b["id"] in refs}
-        wanted = sorted(set().union(*lists.values()))
+        # every hash in ``lists`` is one a reference in the chains adds (a delta keeps only
+        # its base's): collected from those additions, once each, not from every
+        # generation's whole list (a session's generations repeat its conversation, so
+        # those lists total quadratically many hashes). A base's message a delta dropped
+        # may be fetched too; nothing reads it
+        own: set[str] = set()
+        for oid, r in refs.items():
+            if oid not in full:
+                continue  # a chain not reached from these bodies
+            if isinstance(r, list):
+                own.update(r)
+            else:
+                own.update(r["add"])
+                if len(full.get(r["base"], ())) < r["keep"]:  # its base lost: placeholders
+                    own.update(full[oid][: r["keep"]])
+        wanted = sorted(own)
         known: dict[str, Any] = {}
         for i in range(0, len(wanted), 500):  # below SQLite's parameter limit
             chunk = wanted[i : i + 500]

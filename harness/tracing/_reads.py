@@ -68,22 +68,20 @@ def _missing(digest: str, *, as_text: bool) -> Any:
     return orjson.dumps(message) if as_text else message
 
 
-def _decode(body: bytes) -> Any:
-    """A stored body (UTF-8 bytes) as :func:`loads` reads it: orjson for plain rows, the
-    general reader for ``NaN``/``Infinity`` tokens and integers beyond 64 bits."""
+def _decode(body: bytes) -> tuple[Any, bool]:
+    """A stored body (UTF-8 bytes) as :func:`loads` reads it, and whether it may hold
+    ``NaN``/``Infinity`` tokens (typed number fields keep them): such a row is re-encoded
+    with ``json``, which writes them back, where orjson would write ``null``.
+
+    orjson reads plain rows; it refuses those tokens (and lone surrogates), so only a body
+    it refused is probed for them, by the general reader's path. A body orjson read holds
+    none (a string that merely says "Infinity" is read as the string it is)."""
     try:
-        return orjson.loads(body)
+        return orjson.loads(body), False
     except orjson.JSONDecodeError:
-        return loads(body.decode())
-
-
-def _exotic(body: bytes) -> bool:
-    """Whether a stored body may hold ``NaN``/``Infinity`` tokens (typed number fields keep
-    them): such a row is re-encoded with ``json``, which writes them back, where orjson
-    would write ``null``. A string that merely says "Infinity" costs that row the slow path."""
-    # find, not ``in``: ``bytes in bytes`` first tries the needle as an int, raising and
-    # clearing a formatted TypeError for every row
-    return body.find(b"NaN") >= 0 or body.find(b"Infinity") >= 0
+        # find, not ``in``: ``bytes in bytes`` first tries the needle as an int, raising
+        # and clearing a formatted TypeError
+        return loads(body.decode()), body.find(b"NaN") >= 0 or body.find(b"Infinity") >= 0
 
 
 def every_trace(trace_id: str) -> bool:
@@ -529,15 +527,16 @@ class TraceReader:
         def decode(rows: Iterable[tuple[bytes, float]], kind: RecordKind, key: str) -> list[Any]:
             out = []
             every = wanted is every_trace  # no sampling: no call per row
-            for body, updated in rows:  # _decode and _exotic inlined: this runs per row
+            for body, updated in rows:  # _decode inlined: this runs per row
                 try:
                     row = orjson.loads(body)
+                    odd = False
                 except orjson.JSONDecodeError:
-                    row = loads(body.decode())
+                    row, odd = _decode(body)
                 if not every and not wanted(row[key]):
                     skipped[kind].append((row["id"], updated))
                     continue
-                if body.find(b"NaN") >= 0 or body.find(b"Infinity") >= 0:
+                if odd:
                     exotic.add(row["id"])
                 out.append((row, updated))
             return out
@@ -570,9 +569,10 @@ class TraceReader:
                     f"WHERE id IN ({','.join('?' * len(part))})",
                     part,
                 ):
-                    roots.append(_decode(body))
-                    if _exotic(body):
-                        exotic.add(roots[-1]["id"])
+                    row, odd = _decode(body)
+                    roots.append(row)
+                    if odd:
+                        exotic.add(row["id"])
             self._resolve(conn, [o for o, _ in observations] + roots, as_text=True)
             scores = decode(
                 conn.execute(
@@ -590,9 +590,9 @@ class TraceReader:
                     f"WHERE id IN ({','.join('?' * len(part))})",
                     part,
                 ):
-                    row = _decode(body)
+                    row, odd = _decode(body)
                     trace_rows[row["id"]] = row
-                    if _exotic(body):
+                    if odd:
                         exotic.add(row["id"])
         rows = ExportRows(
             observations=observations,

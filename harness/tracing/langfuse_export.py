@@ -45,7 +45,7 @@ from typing import Any
 
 from evoharness.harness.errors import ConfigError, MissingExtraError
 from evoharness.harness.tracing import _otlp
-from evoharness.harness.tracing._reads import ExportRows, every_trace, gc_paused, loads
+from evoharness.harness.tracing._reads import ExportRows, every_trace, loads
 from evoharness.harness.tracing._tables import connect
 from evoharness.harness.tracing.ids import root_span_id
 from evoharness.harness.tracing.langfuse_codec import (
@@ -335,13 +335,8 @@ class LangfuseExporter:
         return self.sample_rate >= 1.0 or int(trace_id[:8], 16) / 0xFFFFFFFF < self.sample_rate
 
     def export_once(self) -> ExportCycle:
-        """Send one batch of pending observations, finished traces and scores.
-
-        The cyclic garbage collector is paused for the cycle (:func:`gc_paused`): the
-        decoded rows and the attribute dicts built from them are thousands of containers,
-        all alive until the cycle ends and holding no cycles, so collections during it
-        scan them (and the rest of the process) for nothing."""
-        with self.store.pinned(self._connection()), gc_paused():  # reads and updates
+        """Send one batch of pending observations, finished traces and scores."""
+        with self.store.pinned(self._connection()):  # the cycle's reads and updates
             cycle = self._export_once()
         if cycle.error is not None:  # the next cycle on a fresh connection, whatever failed
             self._close_connection()

@@ -138,6 +138,16 @@ class Chain:
             parent=parent,
         ).version
 
+    def run_options(self) -> dict[str, Any]:
+        """What every training run of the chain shares: the base model, the row length, bf16
+        on a real model, and the LoRA (:meth:`lora`)."""
+        return {
+            "base_model": self.base,
+            "max_length": self.settings.max_length,
+            "bf16": not self.simulated,
+            "lora": self.lora(),
+        }
+
     def lora(self) -> LoRASpec:
         """LoRA, plus the ``<tool_call>`` rows when they are single tokens of the model."""
         vocab = self.pool.pool.tokenizer.get_vocab()

@@ -150,18 +150,15 @@ def grpo_config(chain: Chain, init_adapter: str | None) -> GRPORunConfig:
     """The chain's GRPO config: one prompt per step, ``grpo_generations`` completions each."""
     s = chain.settings
     return GRPORunConfig(
-        base_model=chain.base,
+        **chain.run_options(),
         init_adapter=init_adapter,
         max_steps=s.grpo_steps,
         learning_rate=s.grpo_learning_rate,
         num_generations=s.grpo_generations,
         batch_size=s.grpo_generations,
         max_completion_length=s.max_new_tokens,
-        max_length=s.max_length,
         temperature=s.temperature,
         save_steps=max(1, s.grpo_steps // 2),
-        bf16=not chain.simulated,
-        lora=chain.lora(),
     )
 
 

@@ -91,14 +91,11 @@ def sft_config(chain: Chain) -> SFTRunConfig:
     """The chain's LoRA SFT config (``init_adapter`` is set per round)."""
     s = chain.settings
     return SFTRunConfig(
-        base_model=chain.base,
+        **chain.run_options(),
         max_steps=s.sft_steps,
         learning_rate=s.learning_rate,
-        max_length=s.max_length,
         drop_overlong=True,
         save_steps=max(1, s.sft_steps // 4),
-        bf16=not chain.simulated,
-        lora=chain.lora(),
     )
 
 
@@ -167,13 +164,10 @@ def dpo(chain: Chain, samples: Sequence[Sample], sft: ExpertRound) -> tuple[str,
     t0 = time.perf_counter()
     s = chain.settings
     config = DPORunConfig(
-        base_model=chain.base,
+        **chain.run_options(),
         init_adapter=sft.adapter_dir,
         max_steps=s.dpo_steps,
-        max_length=s.max_length,
         save_steps=max(1, s.dpo_steps // 2),
-        bf16=not chain.simulated,
-        lora=chain.lora(),
     )
     try:
         result = train(

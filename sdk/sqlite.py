@@ -12,6 +12,8 @@ import sqlite3
 from pathlib import Path
 from typing import Literal
 
+from evoharness.harness.sqlite_wal import enable_wal
+
 __all__ = ["open_sqlite"]
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
@@ -45,7 +47,7 @@ def open_sqlite(
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=timeout_s, check_same_thread=False, isolation_level=None)
     if wal:
-        conn.execute("PRAGMA journal_mode=WAL")
+        enable_wal(conn, timeout_s=timeout_s)
     if synchronous is not None:
         conn.execute(f"PRAGMA synchronous={synchronous}")
     return conn

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from evoharness.harness.errors import ConfigError
+from evoharness.harness.sqlite_wal import enable_wal
 from evoharness.harness.tracing.schema import Column, Observation, Score, Trace
 
 log = logging.getLogger("evoharness.tracing")
@@ -273,7 +274,7 @@ added by :meth:`TableSpec.sync` whatever the version; a step that needs more tha
 def connect(path: Path) -> sqlite3.Connection:
     """A connection in WAL mode with sane durability for a trace outbox."""
     conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
+    enable_wal(conn, timeout_s=30)
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA busy_timeout=30000")
     return conn

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
+from evoharness.harness.sqlite_wal import enable_wal
 from evoharness.sdk.registry._sql import Row, schema
 from evoharness.sdk.registry.base import Registry, RegistryError, RegistryFileError
 
@@ -73,7 +74,11 @@ class SQLiteRegistry(Registry):
             raise self._failed(exc) from exc
         try:
             if isinstance(self.path, Path):
-                self._exec("PRAGMA journal_mode=WAL")
+                with self._lock:
+                    try:
+                        enable_wal(self._conn, timeout_s=timeout_s)
+                    except sqlite3.Error as exc:
+                        raise self._failed(exc) from exc
                 self._exec("PRAGMA synchronous=NORMAL")
             self._migrate()
         except BaseException:

@@ -57,10 +57,23 @@ def call_key(call: ToolCall) -> CallKey:
     return call["name"], _same(args)
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def exact_args(call: ToolCall) -> int:
     """A digest of a call's arguments exactly as given (any key order): equal only for
-    the very same arguments, unlike :func:`call_key`."""
-    return hash(json.dumps(call["args"], sort_keys=True, default=repr))
+    the very same arguments, unlike :func:`call_key`.
+
+    Flat arguments (every value a string, number, boolean or ``None``, the common case)
+    hash as their items tagged with each value's type, so ``1``, ``1.0`` and ``True`` stay
+    apart as they do in JSON; anything nested hashes its sorted JSON text. The flat path
+    skips the ``json`` encoder on every model reply (its code and objects are cold by then:
+    ``evoharness bench overhead``).
+    """
+    args = call["args"]
+    if isinstance(args, dict) and all(type(v) in _SCALARS for v in args.values()):
+        return hash(frozenset((k, type(v), v) for k, v in args.items()))
+    return hash(json.dumps(args, sort_keys=True, default=repr))
 
 
 def result_digest(message: ToolMessage) -> int:
@@ -145,8 +158,9 @@ class CallStats(NamedTuple):
         if isinstance(message, ToolMessage):
             if not self.pending:
                 return self
-            return self._replace(
-                results=(*self.results, (message.tool_call_id, result_digest(message)))
+            result = (message.tool_call_id, result_digest(message))
+            return CallStats(
+                self.counts, self.last_name, self.streak, self.pending, (*self.results, result)
             )
         if isinstance(message, HumanMessage):
             return _EMPTY if self.counts or self.pending else self

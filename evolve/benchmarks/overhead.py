@@ -1,13 +1,13 @@
 """``evoharness bench overhead``: bare ``create_agent`` vs. the full default harness.
 
 A 50-round tool loop driven by ``ScriptedChatModel`` (so the model costs ~nothing and the
-harness's own cost is what remains), both agents run interleaved, medians compared, with a
-bootstrap 95% interval for the ratio. After the warm-up the heap is frozen (``gc.freeze``)
-and garbage is collected before every timed run (outside the timing), so a collection of
-earlier runs' garbage does not land on whichever agent runs next; collections caused by a
-run's own allocations still count. Also measures the breaker
-decision (acquire + record) in-process and, when a Redis answers, against Redis (two round
-trips per tool call).
+harness's own cost is what remains), the agents run interleaved (in a new order each rep),
+medians compared, with a bootstrap 95% interval for the ratio and for the harness's distance
+above LangChain's floor (one pass-through middleware). After the warm-up the heap is frozen
+(``gc.freeze``) and garbage is collected before every timed run (outside the timing), so a
+collection of earlier runs' garbage does not land on whichever agent runs next; collections
+caused by a run's own allocations still count. Also measures the breaker decision (acquire +
+record) in-process and, when a Redis answers, against Redis (two round trips per tool call).
 """
 
 from __future__ import annotations
@@ -116,6 +116,31 @@ def ratio_interval(
         )
     ratios.sort()
     return ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1]
+
+
+def gap_interval(
+    bare: list[float],
+    floor: list[float],
+    harnessed: list[float],
+    *,
+    draws: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """``median(harnessed)/median(bare) - median(floor)/median(bare)`` and its bootstrap
+    95% interval (reps resampled together: the three ran interleaved): how far the harness
+    is above LangChain's floor, in units of the bare run."""
+
+    def gap(picks: list[int] | range) -> float:
+        b = statistics.median(bare[i] for i in picks)
+        return (
+            statistics.median(harnessed[i] for i in picks)
+            - statistics.median(floor[i] for i in picks)
+        ) / b
+
+    rng = random.Random(seed)
+    n = len(bare)
+    gaps = sorted(gap([rng.randrange(n) for _ in range(n)]) for _ in range(draws))
+    return gap(range(n)), gaps[int(0.025 * draws)], gaps[int(0.975 * draws) - 1]
 
 
 def _config() -> HarnessConfig:
@@ -274,26 +299,36 @@ def run(
     each behaviour costs per round (:func:`breakdown`).
     """
     tmp = tempfile.TemporaryDirectory(prefix="evoharness-bench-")
-    store = TraceStore(Path(tmp.name) / "traces.db")
+    # the traced agent only with detail: its store's writer thread would otherwise run
+    # beside the timed agents (and wake each second to report) for nothing
+    store = TraceStore(Path(tmp.name) / "traces.db") if detail else None
     agents = build_agents(rounds, store)
-    bare, harnessed, floor, traced = (agents[k] for k in ("bare", "harness", "floor", "traced"))
+    bare, harnessed, floor = (agents[k] for k in ("bare", "harness", "floor"))
+    traced = agents.get("traced")
     payload, cfg = invoke_args(rounds)
-    for agent in (bare, harnessed, floor):  # warm-up: compile caches, imports
-        agent.invoke(payload, cfg)
-    traced.invoke(payload, cfg)
+    for agent in (bare, harnessed, floor, *([traced] if traced is not None else [])):
+        agent.invoke(payload, cfg)  # warm-up: compile caches, imports
     gc.freeze()  # what exists now is never garbage: collections only scan new objects
     bare_t: list[tuple[float, float]] = []
     harn_t: list[tuple[float, float]] = []
     floor_t: list[tuple[float, float]] = []
     traced_t: list[tuple[float, float]] = []
-    for _ in range(reps):  # interleaved so drift on a shared machine hits all alike
-        bare_t.append(_time(lambda: bare.invoke(payload, cfg)))
-        harn_t.append(_time(lambda: harnessed.invoke(payload, cfg)))
-        floor_t.append(_time(lambda: floor.invoke(payload, cfg)))
-        if detail:  # the store's writer finishes inside the timing: all tracing work counts
-            traced_t.append(_time(lambda: (traced.invoke(payload, cfg), store.flush(60))))
+    runs: list[tuple[list[tuple[float, float]], Callable[[], Any]]] = [
+        (bare_t, lambda: bare.invoke(payload, cfg)),
+        (harn_t, lambda: harnessed.invoke(payload, cfg)),
+        (floor_t, lambda: floor.invoke(payload, cfg)),
+    ]
+    if traced is not None and store is not None:  # the store's writer finishes inside
+        # the timing: all tracing work counts
+        runs.append((traced_t, lambda: (traced.invoke(payload, cfg), store.flush(60))))
+    order = random.Random(0)
+    for _ in range(reps):  # interleaved so drift on a shared machine hits all alike,
+        order.shuffle(runs)  # in a new order each rep so no agent always follows another
+        for times, fn in runs:
+            times.append(_time(fn))
     gc.unfreeze()
-    store.close()
+    if store is not None:
+        store.close()
     tmp.cleanup()
     b, h, f = (statistics.median(w for w, _ in t) for t in (bare_t, harn_t, floor_t))
     b_cpu, h_cpu = (statistics.median(c for _, c in t) for t in (bare_t, harn_t))
@@ -315,6 +350,11 @@ def run(
     echo(
         f"floor (one pass-through wrap middleware): ratio {f / b:.3f}, "
         f"{(f - b) / rounds * 1e6:.1f} us per round"
+    )
+    gap, gap_low, gap_high = gap_interval(*([w for w, _ in t] for t in (bare_t, floor_t, harn_t)))
+    echo(
+        f"harness above the floor (wall, paired): {gap:+.3f} [{gap_low:+.3f}, {gap_high:+.3f}] "
+        f"of the bare run, {(h - f) / rounds * 1e6:.1f} us per round"
     )
     if detail:
         t_cpu = statistics.median(c for _, c in traced_t)

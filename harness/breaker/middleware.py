@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -99,6 +100,19 @@ class _WatchedTool:
             self.raised = exc
 
 
+# ToolCallRequest.override is dataclasses.replace (its field walk runs on every tool call);
+# while the request has exactly these fields, the breaker builds its copy directly
+_REQUEST_FIELDS = ("tool_call", "tool", "state", "runtime")
+_DIRECT = tuple(f.name for f in dataclasses.fields(ToolCallRequest)) == _REQUEST_FIELDS
+
+
+def _with_tool(request: ToolCallRequest, tool: Any) -> ToolCallRequest:
+    """``request.override(tool=tool)``, without ``dataclasses.replace`` where that is safe."""
+    if _DIRECT and type(request) is ToolCallRequest:
+        return ToolCallRequest(request.tool_call, tool, request.state, request.runtime)
+    return request.override(tool=tool)
+
+
 class _GuardedCall:
     """One call the breaker let through; when it ends, its permit is settled with the
     breaker's verdict on how it ended (``with`` in the sync hook, ``async with`` in the
@@ -111,7 +125,7 @@ class _GuardedCall:
     ) -> None:
         self.breaker, self.key, self.permit = breaker, key, permit
         self.watched = _WatchedTool(request.tool)
-        self.request = request.override(tool=cast(Any, self.watched))
+        self.request = _with_tool(request, self.watched)
         self.result: ToolResult | None = None
         self.started = time.perf_counter()
 

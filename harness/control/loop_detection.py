@@ -180,7 +180,9 @@ class LoopDetectionMiddleware(AgentMiddleware[Any, Any, Any]):
             return LoopTrack(calls, track.detections + (found is not None), found)
         if isinstance(message, ToolMessage):
             calls = track.calls.add(message)
-            return track if calls is track.calls else track._replace(calls=calls)
+            if calls is track.calls:
+                return track
+            return LoopTrack(calls, track.detections, track.newest)
         if isinstance(message, HumanMessage):
             return _EMPTY_TRACK  # a new turn: new information, and the warnings start over
         return track

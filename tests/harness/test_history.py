@@ -15,6 +15,7 @@ from evoharness.harness._history import (
     CallStats,
     HistoryStats,
     call_key,
+    exact_args,
     history_stats,
     reply_tokens,
 )
@@ -129,6 +130,21 @@ def test_call_key_treats_equivalent_arguments_as_one_call() -> None:
     assert call_key({"name": "rm", "args": {"path": "a.txt"}, "id": "13"}) != call_key(
         {"name": "rm", "args": {"path": "b.txt"}, "id": "14"}
     )
+
+
+def test_exact_args_tell_apart_what_json_tells_apart() -> None:
+    def digest(args: Any) -> int:
+        return exact_args({"name": "t", "args": args, "id": "1"})
+
+    assert digest({"x": 1, "y": "z"}) == digest({"y": "z", "x": 1})  # any key order
+    # 1, 1.0 and true are different JSON, so different arguments
+    assert len({digest({"x": 1}), digest({"x": 1.0}), digest({"x": True})}) == 3
+    assert digest({"q": "Red"}) != digest({"q": "red"})  # exact: case matters here
+    assert digest({"x": None}) != digest({})
+    # nested values take the JSON path, still in any key order
+    assert digest({"f": {"a": [1, 2], "b": None}}) == digest({"f": {"b": None, "a": [1, 2]}})
+    assert digest({"f": {"a": [1, 2]}}) != digest({"f": {"a": [2, 1]}})
+    assert digest(["not", "a", "dict"]) == digest(["not", "a", "dict"])
 
 
 def _random_turns(rng: random.Random, rounds: int) -> list[Any]:

@@ -156,3 +156,26 @@ def test_open_circuit_answers_with_observation_through_agent(run: Any, call: Any
 def test_config_validation(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         BreakerConfig(**bad)
+
+
+def test_the_guarded_request_is_what_override_would_build() -> None:
+    from dataclasses import dataclass
+
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+
+    from evoharness.harness.breaker.middleware import _with_tool
+
+    call = {"name": "t", "args": {"x": 1}, "id": "1", "type": "tool_call"}
+    request = ToolCallRequest(tool_call=call, tool=None, state={"messages": []}, runtime=None)
+    marker = object()
+    built = _with_tool(request, marker)
+    assert built == request.override(tool=marker)  # type: ignore[arg-type]
+    assert built.tool is marker and request.tool is None  # the original is untouched
+
+    @dataclass
+    class Wider(ToolCallRequest):  # a request with more fields: override keeps them
+        extra: int = 0
+
+    wider = Wider(tool_call=call, tool=None, state={}, runtime=None, extra=7)
+    kept = _with_tool(wider, marker)
+    assert isinstance(kept, Wider) and kept.extra == 7 and kept.tool is marker

@@ -356,6 +356,12 @@ def run(
         f"harness above the floor (wall, paired): {gap:+.3f} [{gap_low:+.3f}, {gap_high:+.3f}] "
         f"of the bare run, {(h - f) / rounds * 1e6:.1f} us per round"
     )
+    # the fastest run of each: noise on a shared machine only ever adds time (timeit's rule)
+    b_min, f_min, h_min = (min(w for w, _ in t) for t in (bare_t, floor_t, harn_t))
+    echo(
+        f"fastest runs: floor {f_min / b_min:.3f}, harness {h_min / b_min:.3f}, "
+        f"harness above the floor {(h_min - f_min) / b_min:+.3f}"
+    )
     if detail:
         t_cpu = statistics.median(c for _, c in traced_t)
         echo(

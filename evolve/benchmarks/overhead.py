@@ -19,7 +19,7 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,22 +100,28 @@ def breaker_cost_us(backend: Any, n: int) -> float:
     return statistics.median(samples)
 
 
+def _interval(
+    stat: Callable[[Sequence[int]], float], n: int, draws: int, seed: int
+) -> tuple[float, float]:
+    """Bootstrap 95% interval of ``stat`` over ``n`` reps resampled together (every agent's
+    rep ``i`` ran in the same interleaved round)."""
+    rng = random.Random(seed)
+    values = sorted(stat([rng.randrange(n) for _ in range(n)]) for _ in range(draws))
+    return values[int(0.025 * draws)], values[int(0.975 * draws) - 1]
+
+
 def ratio_interval(
     bare: list[float], harnessed: list[float], *, draws: int = 2000, seed: int = 0
 ) -> tuple[float, float]:
     """Bootstrap 95% interval of ``median(harnessed) / median(bare)`` (reps resampled in
     pairs, since they ran interleaved)."""
-    rng = random.Random(seed)
-    n = len(bare)
-    ratios = []
-    for _ in range(draws):
-        picks = [rng.randrange(n) for _ in range(n)]
-        ratios.append(
-            statistics.median(harnessed[i] for i in picks)
-            / statistics.median(bare[i] for i in picks)
+
+    def ratio(picks: Sequence[int]) -> float:
+        return statistics.median(harnessed[i] for i in picks) / statistics.median(
+            bare[i] for i in picks
         )
-    ratios.sort()
-    return ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1]
+
+    return _interval(ratio, len(bare), draws, seed)
 
 
 def gap_interval(
@@ -130,17 +136,14 @@ def gap_interval(
     95% interval (reps resampled together: the three ran interleaved): how far the harness
     is above LangChain's floor, in units of the bare run."""
 
-    def gap(picks: list[int] | range) -> float:
+    def gap(picks: Sequence[int]) -> float:
         b = statistics.median(bare[i] for i in picks)
         return (
             statistics.median(harnessed[i] for i in picks)
             - statistics.median(floor[i] for i in picks)
         ) / b
 
-    rng = random.Random(seed)
-    n = len(bare)
-    gaps = sorted(gap([rng.randrange(n) for _ in range(n)]) for _ in range(draws))
-    return gap(range(n)), gaps[int(0.025 * draws)], gaps[int(0.975 * draws) - 1]
+    return (gap(range(len(bare))), *_interval(gap, len(bare), draws, seed))
 
 
 def _config() -> HarnessConfig:
@@ -304,10 +307,9 @@ def run(
     store = TraceStore(Path(tmp.name) / "traces.db") if detail else None
     agents = build_agents(rounds, store)
     bare, harnessed, floor = (agents[k] for k in ("bare", "harness", "floor"))
-    traced = agents.get("traced")
     payload, cfg = invoke_args(rounds)
-    for agent in (bare, harnessed, floor, *([traced] if traced is not None else [])):
-        agent.invoke(payload, cfg)  # warm-up: compile caches, imports
+    for agent in agents.values():  # warm-up: compile caches, imports
+        agent.invoke(payload, cfg)
     gc.freeze()  # what exists now is never garbage: collections only scan new objects
     bare_t: list[tuple[float, float]] = []
     harn_t: list[tuple[float, float]] = []
@@ -318,8 +320,8 @@ def run(
         (harn_t, lambda: harnessed.invoke(payload, cfg)),
         (floor_t, lambda: floor.invoke(payload, cfg)),
     ]
-    if traced is not None and store is not None:  # the store's writer finishes inside
-        # the timing: all tracing work counts
+    if store is not None:  # the store's writer finishes inside the timing: all counts
+        traced = agents["traced"]
         runs.append((traced_t, lambda: (traced.invoke(payload, cfg), store.flush(60))))
     order = random.Random(0)
     for _ in range(reps):  # interleaved so drift on a shared machine hits all alike,

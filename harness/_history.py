@@ -11,7 +11,7 @@ import json
 from collections.abc import Hashable
 from typing import Any, NamedTuple
 
-from langchain_core.messages import AIMessage, HumanMessage, ToolCall, ToolMessage
+from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 
 from evoharness.harness._fold import MessageFold
 from evoharness.harness.tokens import approx_message_tokens
@@ -26,7 +26,7 @@ def _same(value: Any) -> Hashable:
     holds a JSON object or array compares by its parsed content; dicts compare in any key
     order. Over-merging is harmless: calls that are only equivalent (not identical, see
     :func:`exact_args`) also need results that stop changing to count as a loop (see
-    :class:`CallStats`), so two "equal" calls whose results differ never count as one.
+    :func:`apply_results`), so two "equal" calls whose results differ never count as one.
     """
     if isinstance(value, str):
         if value.lstrip()[:1] in ("{", "["):
@@ -110,85 +110,26 @@ PendingCall = tuple[str | None, CallKey, int]
 """A call of the newest reply: its id (to match its result), its key and its
 :func:`exact_args`."""
 
-
-class CallStats(NamedTuple):
-    """Tool-call statistics of the current turn (what loop detection needs); foldable.
-
-    Per call key it keeps how often the call was made. The same call with the very same
-    arguments is a repeat whatever it returned (a write that returns a new object each time,
-    sent again and again, is the costliest loop there is), except for a tool declared safe
-    to poll (``polls``): its count, like that of calls whose arguments are only equivalent
-    (another case, a reordered JSON string), restarts at an occurrence whose result differs
-    from the previous one (new information: a poll whose answer changed, a case-sensitive
-    search that found something else). The whole table restarts at a user message (a new
-    turn). Results are applied, in call order, when the next model reply is folded, so a
-    tool message costs one tuple append.
-    """
-
-    counts: dict[CallKey, tuple[int, int | None, int | None]]
-    """Per call key: (occurrences counted, digest of its last result, exact arguments of
-    the occurrence that returned it)."""
-    last_name: str | None = None
-    """The newest tool called."""
-    streak: int = 0
-    """Consecutive calls of ``last_name`` (whatever their arguments)."""
-    pending: tuple[PendingCall, ...] = ()
-    """The newest reply's calls, in order."""
-    results: tuple[tuple[str, int], ...] = ()
-    """(call id, result digest) of the tool messages since the newest reply."""
-
-    @staticmethod
-    def empty() -> CallStats:
-        """The statistics of an empty history."""
-        return CallStats({})
-
-    @property
-    def last_keys(self) -> tuple[CallKey, ...]:
-        """Keys of the newest reply's tool calls."""
-        return tuple(key for _, key, _ in self.pending)
-
-    def times(self, key: CallKey) -> int:
-        """How often ``key`` was called without new information (0 if never)."""
-        entry = self.counts.get(key)
-        return entry[0] if entry is not None else 0
-
-    def add(self, message: object, polls: frozenset[str] = frozenset()) -> CallStats:
-        """The stats after ``message`` (a new value; ``self`` is unchanged); ``polls``:
-        the tools whose repeated calls count only while their results stay the same."""
-        if isinstance(message, ToolMessage):
-            if not self.pending:
-                return self
-            result = (message.tool_call_id, result_digest(message))
-            return CallStats(
-                self.counts, self.last_name, self.streak, self.pending, (*self.results, result)
-            )
-        if isinstance(message, HumanMessage):
-            return _EMPTY if self.counts or self.pending else self
-        if not isinstance(message, AIMessage):
-            return self
-        calls = message.tool_calls
-        if not calls and not self.results:
-            return self._replace(pending=()) if self.pending else self
-        counts = self.counts.copy()
-        if self.results:
-            _apply_results(counts, self.pending, dict(self.results), polls)
-        last, streak = self.last_name, self.streak
-        pending = tuple((c["id"], call_key(c), exact_args(c)) for c in calls)
-        for _, key, _ in pending:
-            n, digest, exact = counts.get(key, (0, None, None))
-            counts[key] = (n + 1, digest, exact)
-            streak = streak + 1 if key[0] == last else 1
-            last = key[0]
-        return CallStats(counts, last, streak, pending)
+Counts = dict[CallKey, tuple[int, int | None, int | None]]
+"""Per call key: (occurrences counted, digest of its last result, exact arguments of the
+occurrence that returned it)."""
 
 
-def _apply_results(
-    counts: dict[CallKey, tuple[int, int | None, int | None]],
+def apply_results(
+    counts: Counts,
     pending: tuple[PendingCall, ...],
     results: dict[str, int],
     polls: frozenset[str],
 ) -> None:
-    """Fold the newest reply's results into ``counts`` (in place; a fresh copy)."""
+    """Fold the newest reply's results into ``counts`` (in place), in call order.
+
+    The same call with the very same arguments is a repeat whatever it returned (a write
+    that returns a new object each time, sent again and again, is the costliest loop there
+    is), except for a tool declared safe to poll (``polls``): its count, like that of calls
+    whose arguments are only equivalent (another case, a reordered JSON string), restarts
+    at an occurrence whose result differs from the previous one (new information: a poll
+    whose answer changed, a case-sensitive search that found something else).
+    """
     for i, (call_id, key, exact) in enumerate(pending):
         digest = results.get(call_id) if call_id is not None else None
         if digest is None:
@@ -202,9 +143,6 @@ def _apply_results(
             # count this occurrence and the same reply's later ones
             n = sum(1 for _, k, _ in pending[i:] if k == key)
         counts[key] = (n, digest, exact)
-
-
-_EMPTY = CallStats({})
 
 
 history_stats: MessageFold[HistoryStats] = MessageFold(HistoryStats.add, HistoryStats)

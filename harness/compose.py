@@ -160,14 +160,16 @@ def _model_layer(
     commands: list[Command[Any]], hook: Callable[..., Any], inner: ModelHandler, request: Any
 ) -> ModelResponse[Any]:
     """A model-call layer: its commands are collected, its response handed on plain."""
-    return _unwrap(hook(request, inner), commands)
+    result = hook(request, inner)
+    return result if type(result) is ModelResponse else _unwrap(result, commands)
 
 
 async def _amodel_layer(
     commands: list[Command[Any]], hook: Callable[..., Any], inner: AModelHandler, request: Any
 ) -> ModelResponse[Any]:
     """Async twin of :func:`_model_layer` (the one line that must await)."""
-    return _unwrap(await hook(request, inner), commands)
+    result = await hook(request, inner)
+    return result if type(result) is ModelResponse else _unwrap(result, commands)
 
 
 def _chain(

@@ -10,8 +10,9 @@ a case-sensitive search that finds something else, is not a loop. One tool used 
 on different inputs (a batch of deletes, a crawl) is never a loop. A-B-A-B cycles are
 caught too: each of their calls repeats with the same arguments.
 
-The detector keeps no state of its own: whether the newest reply closed a loop, and how
-many warnings were given, are read off the message history (an incremental fold), so a
+The detector keeps no state of its own in the graph: whether the newest reply closed a
+loop, and how many warnings were given, are read off the message history (folded
+incrementally, in place, per history: :mod:`evoharness.harness.control._loop_state`), so a
 resumed checkpoint continues exactly where the run stopped and the graph carries no extra
 state channel (each one costs every step; see ``evoharness bench overhead``).
 """
@@ -22,18 +23,12 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 
-from evoharness.harness._fold import MessageFold
-from evoharness.harness._history import (
-    CallKey,
-    CallStats,
-    call_key,
-    exact_args,
-    result_digest,
-)
+from evoharness.harness._history import CallKey, call_key, exact_args, result_digest
 from evoharness.harness._messages import current_turn, with_note
 from evoharness.harness._options import check_types
+from evoharness.harness.control._loop_state import Turn, Turns
 from evoharness.harness.errors import ConfigError
 from evoharness.harness.events import EventLog
 
@@ -102,22 +97,13 @@ def detect_loop(
     return None
 
 
-class LoopTrack(NamedTuple):
-    """The detector's view of a history: call statistics and the loops found in it."""
+class LoopView(NamedTuple):
+    """The detector's view of a history."""
 
-    calls: CallStats
-    detections: int = 0
-    """Replies that closed a loop (each one was answered with a hint)."""
-    newest: str | None = None
+    newest: str | None
     """The loop the newest reply closed, if it did (the next call gets a hint)."""
-
-    @staticmethod
-    def empty() -> LoopTrack:
-        """The track of an empty history."""
-        return _EMPTY_TRACK
-
-
-_EMPTY_TRACK = LoopTrack(CallStats.empty())
+    detections: int
+    """Replies that closed a loop (each one was answered with a hint)."""
 
 
 class LoopDetectionMiddleware(AgentMiddleware[Any, Any, Any]):
@@ -171,31 +157,23 @@ class LoopDetectionMiddleware(AgentMiddleware[Any, Any, Any]):
         self.escalate_after = escalate_after
         self.poll_tools = frozenset(poll_tools)
         self.events = events or EventLog()
-        self._track = MessageFold(self._step, LoopTrack.empty)
+        self._turns = Turns(self._verdict, self.poll_tools)
 
-    def _step(self, track: LoopTrack, message: object) -> LoopTrack:
-        if isinstance(message, AIMessage):
-            calls = track.calls.add(message, self.poll_tools)
-            found = self._found(calls, message)
-            return LoopTrack(calls, track.detections + (found is not None), found)
-        if isinstance(message, ToolMessage):
-            calls = track.calls.add(message)
-            if calls is track.calls:
-                return track
-            return LoopTrack(calls, track.detections, track.newest)
-        if isinstance(message, HumanMessage):
-            return _EMPTY_TRACK  # a new turn: new information, and the warnings start over
-        return track
-
-    def _found(self, stats: CallStats, reply: AIMessage) -> str | None:
-        """Same verdict as :func:`detect_loop`, from folded statistics."""
-        for key in stats.last_keys:
-            times = stats.counts[key][0]
+    def _verdict(self, turn: Turn, has_calls: bool) -> str | None:
+        """Same verdict as :func:`detect_loop`, from the turn's statistics after its newest
+        reply."""
+        counts = turn.counts
+        for _, key, _ in turn.pending:
+            times = counts[key][0]
             if times >= self.same_call:
                 return repeated(key[0], times)
-        if self.same_tool is not None and reply.tool_calls and stats.streak >= self.same_tool:
-            return f"called {stats.last_name} {stats.streak} times in a row"
+        if self.same_tool is not None and has_calls and turn.streak >= self.same_tool:
+            return f"called {turn.last_name} {turn.streak} times in a row"
         return None
+
+    def _track(self, messages: Sequence[AnyMessage]) -> LoopView:
+        """The detector's view of ``messages``."""
+        return LoopView(*self._turns.state(messages))
 
     @staticmethod
     def hint(found: str) -> str:
@@ -211,11 +189,9 @@ class LoopDetectionMiddleware(AgentMiddleware[Any, Any, Any]):
         Returns ``reply`` itself (the next call then gets a hint if it closed a loop), or,
         once the hints are used up, a replacement without tool calls, which ends the run.
         """
-        track = self._track.extend(history, reply)  # remembered: not refolded next round
-        found = track.newest
+        found, warnings = self._turns.reflect(history, reply)  # not refolded next round
         if found is None:
             return reply
-        warnings = track.detections
         if warnings <= self.escalate_after:
             self.events.emit("loop_hint", self.name, detail=found, warnings=warnings)
             return reply
@@ -243,7 +219,7 @@ class LoopDetectionMiddleware(AgentMiddleware[Any, Any, Any]):
         )
 
     def _hinted(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
-        newest = self._track(request.state["messages"]).newest
+        newest = self._turns.state(request.state["messages"])[0]
         return request if newest is None else with_note(request, [self.hint(newest)])
 
     def wrap_model_call(

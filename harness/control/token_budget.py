@@ -71,6 +71,8 @@ class TokenBudgetMiddleware(AgentMiddleware[Any, Any, Any]):
     def _prepare(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         messages = request.state["messages"]  # the session's spend, not the visible window
         used = history_stats(messages).tokens
+        if used / self.budget_tokens < self.tight_at:
+            return request  # normal now, so normal before the newest reply too: no event
         tier = self.tier(used)
         newest = last_ai(messages)
         before = self.tier(used - reply_tokens(newest)) if newest is not None else "normal"

@@ -4,6 +4,7 @@ fold from scratch, whatever the callers do to their lists."""
 from __future__ import annotations
 
 import random
+import sys
 import threading
 from functools import reduce
 from typing import Any
@@ -12,13 +13,13 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from evoharness.harness._fold import MessageFold
 from evoharness.harness._history import (
-    CallStats,
     HistoryStats,
     call_key,
     exact_args,
     history_stats,
     reply_tokens,
 )
+from evoharness.harness.control._loop_state import Turn, Turns
 
 
 def reply(i: int, name: str = "search", **args: Any) -> AIMessage:
@@ -29,8 +30,13 @@ def reply(i: int, name: str = "search", **args: Any) -> AIMessage:
     )
 
 
-def scratch(messages: list[Any]) -> CallStats:
-    return reduce(CallStats.add, messages, CallStats.empty())
+def scratch(messages: list[Any]) -> HistoryStats:
+    return reduce(HistoryStats.add, messages, HistoryStats())
+
+
+def turn_of(messages: list[Any]) -> Turn:
+    """Loop detection's statistics of ``messages``, folded from scratch."""
+    return Turns(lambda turn, has_calls: None, frozenset())._sync(messages)
 
 
 def session(n: int, seed: int) -> list[Any]:
@@ -44,7 +50,7 @@ def session(n: int, seed: int) -> list[Any]:
 
 
 def test_growth_rewrites_and_one_off_extensions_match_a_fresh_fold() -> None:
-    fold = MessageFold(CallStats.add, CallStats.empty)
+    fold = MessageFold(HistoryStats.add, HistoryStats)
     full = session(30, 1)
     steps = 0
     for k in range(1, len(full) + 1):
@@ -63,13 +69,13 @@ def test_growth_rewrites_and_one_off_extensions_match_a_fresh_fold() -> None:
     assert fold(rewritten) == scratch(rewritten)
     trimmed = full[:5]
     assert fold(trimmed) == scratch(trimmed)
-    assert fold([]) == CallStats.empty()
+    assert fold([]) == HistoryStats()
     assert fold.extend([], full[1]) == scratch([full[1]])
     assert steps == len(full)
 
 
 def test_interleaved_sessions_and_threads_keep_separate_entries() -> None:
-    fold = MessageFold(CallStats.add, CallStats.empty, max_histories=4)
+    fold = MessageFold(HistoryStats.add, HistoryStats, max_histories=4)
     sessions = [session(12, s) for s in range(6)]  # more sessions than entries: evictions
     for k in range(1, 26):
         for s in sessions:
@@ -99,7 +105,7 @@ def test_stats_count_calls_streaks_and_tokens() -> None:
         AIMessage("thinking", usage_metadata=None),
         reply(3, "b", q=2),
     ]
-    calls = scratch(msgs)
+    calls = turn_of(msgs)
     assert calls.times(call_key({"name": "a", "args": {"q": 1}, "id": "x"})) == 2
     assert (calls.last_name, calls.streak, len(calls.last_keys)) == ("b", 1, 1)
     stats = history_stats(msgs)
@@ -185,3 +191,82 @@ def test_folded_loop_verdicts_match_detect_loop_on_random_histories() -> None:
                 assert mw._track(msgs).newest == expected, (seed, i)
                 found += expected is not None
         assert found > 50  # the histories do contain loops
+
+
+def _view(turns: Turns, messages: list[Any]) -> tuple[str | None, int]:
+    return turns.state(messages)
+
+
+def test_replies_folded_on_trial_match_a_fresh_fold_whatever_follows() -> None:
+    """A fresh reply is folded on trial. The next history may hold that reply, another one in
+    its place (the reply check rewrote it), a late tool result, or nothing new, and the same
+    reply may be asked about again: every view equals a fold from scratch, and the trial's
+    verdict equals :func:`detect_loop` on the history with the reply."""
+    from evoharness.harness import LoopDetectionMiddleware, detect_loop
+
+    rng = random.Random(11)
+    actions: dict[str, int] = {}
+    for same_tool in (None, 3):
+        mw = LoopDetectionMiddleware(same_call=3, same_tool=same_tool)
+        turns = mw._turns
+
+        def fresh(messages: list[Any], mw: Any = mw) -> tuple[str | None, int]:
+            turn = Turns(mw._verdict, mw.poll_tools)._sync(messages)
+            return turn.newest, turn.detections
+
+        for _ in range(30):
+            full = list(_random_turns(rng, 25))[-1]
+            replies = [j for j, m in enumerate(full) if isinstance(m, AIMessage)]
+            for j in replies:
+                history, reply = full[:j], full[j]
+                got = turns.reflect(history, reply)
+                assert got == fresh([*history, reply])
+                assert got[0] == detect_loop([*history, reply], same_call=3, same_tool=same_tool)
+                action = rng.choice(["keep", "keep", "replace", "again", "ask", "late"])
+                actions[action] = actions.get(action, 0) + 1
+                if action == "again":
+                    assert turns.reflect(history, reply) == got
+                elif action == "replace":
+                    other = full[rng.choice(replies)]
+                    swapped = AIMessage(content="rewritten", tool_calls=other.tool_calls)
+                    assert _view(turns, [*history, swapped]) == fresh([*history, swapped])
+                elif action == "ask" and history:
+                    assert _view(turns, history) == fresh(history)
+                elif action == "late" and history:
+                    late = [*history, ToolMessage("late", tool_call_id=f"c{j}-0")]
+                    assert _view(turns, late) == fresh(late)
+                end = next((k for k in replies if k > j), len(full))
+                assert _view(turns, full[:end]) == fresh(full[:end])
+    assert min(actions.values()) > 20
+
+
+def test_sessions_sharing_a_first_message_across_threads_stay_exact() -> None:
+    """Apps may start every session with one constant message object: the per-history state
+    is then shared by key, and threads must not fold into each other's."""
+    from langchain_core.messages import SystemMessage
+
+    from evoharness.harness import LoopDetectionMiddleware
+
+    shared = SystemMessage("you are a shop assistant")
+    mw = LoopDetectionMiddleware(same_call=3)
+    errors: list[str] = []
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        history = [shared, *list(_random_turns(rng, 20))[-1]]
+        for k in range(1, len(history) + 1):
+            expected = Turns(mw._verdict, mw.poll_tools)._sync(history[:k])
+            if mw._turns.state(history[:k]) != (expected.newest, expected.detections):
+                errors.append(f"{seed}:{k}")
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(8)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []

@@ -371,14 +371,20 @@ def fixed_source(
     case_key: Callable[[str], str] | None = None,
 ) -> Any:
     """A source serving exactly ``version`` of ``kind/name`` (``None``: nothing), for the
-    kinds the cycle publishes (memory snapshots, guard-rule versions, skill sets; a skill
-    is offered where ``case_key`` of the request matches its pattern).
+    kinds the cycle publishes (memory snapshots, guard-rule versions, skill sets).
+
+    ``case_key`` is the environment's case pattern of a request, the one evolve learned
+    with: a memory snapshot then serves a session the strategies and lessons of its own
+    pattern (and those scoped to none), as a production session given the plugin's
+    ``case_key`` does; a skill is offered where it matches the skill's pattern. Without
+    it, memory is ranked by relevance to the request alone, and entries learned for a
+    pattern whose words the request does not share are never served.
 
     Raises:
         ConfigError: Another kind (its evaluation belongs to its own layer).
     """
     if kind == MEMORY:
-        memory = MemorySource(registry, name)
+        memory = MemorySource(registry, name, case_key=case_key)
         return _Fixed(memory, version, memory.retriever(version) if version else None)
     if kind == GUARD_RULES:
         rules = rules_of(registry.get(GUARD_RULES, name, version)) if version else None

@@ -530,7 +530,7 @@ def run(
             env_opts: dict[str, Any] = {}
             arts: list[ArtifactSource] = []
             if "memory" in kept:
-                arts.append(MemorySource(registry, MEMORY))
+                arts.append(MemorySource(registry, MEMORY, case_key=plugin.case_key))
             if "prompt" in kept:
                 env_opts["system_prompt"] = prompt_text
             return {"env": env_opts, "artifacts": arts}
@@ -540,7 +540,7 @@ def run(
             "memory",
             f"snapshot memory/{MEMORY} v{cycle.memory_version} via the session door",
             harness_env,
-            artifacts=[MemorySource(registry, MEMORY)],
+            artifacts=[MemorySource(registry, MEMORY, case_key=plugin.case_key)],
         )
 
         # -- prompt: the same model reflects on its failures -----------------------------

@@ -173,17 +173,24 @@ def _runtime(item: EvalItem) -> tuple[Any, frozenset[str]]:
         return hit
 
 
-def _memory_source(pin: MemoryPin) -> Any:
-    """The session source serving ``pin`` (its registry opened once per process)."""
+def _memory_source(pin: MemoryPin, env: str) -> Any:
+    """The session source serving ``pin`` with the case key of the plugin ``env`` (the
+    one its memory was learned with; its registry opened once per process)."""
+    from evoharness.evolve.environment import load_plugin
     from evoharness.evolve.promotion import fixed_source
     from evoharness.sdk.memory import MEMORY
     from evoharness.sdk.registry import open_registry
+
+    plugin = load_plugin(env)
+
+    def case_key(query: str) -> str:
+        return plugin.case_key(query, {})
 
     with _CACHE_LOCK:
         registry = _REGISTRIES.get(pin.registry)
         if registry is None:
             registry = _REGISTRIES[pin.registry] = open_registry(pin.registry)
-    return fixed_source(registry, MEMORY, pin.name, pin.version)
+    return fixed_source(registry, MEMORY, pin.name, pin.version, case_key=case_key)
 
 
 def worker_trace_store(path: str) -> Any:
@@ -271,7 +278,7 @@ def run_item(item: EvalItem) -> RunRecord:
             max_model_calls=item.max_model_calls,
             tracer=tracer,
             run_info=info,
-            artifacts=[_memory_source(item.memory)] if item.memory is not None else (),
+            artifacts=[_memory_source(item.memory, item.env)] if item.memory is not None else (),
         )
     )
     if store is not None:

@@ -42,6 +42,11 @@ def weight(confidence: float) -> float:
     return max(confidence, 0.05)
 
 
+IN_SCOPE = 1e-12
+"""The least relevance of an entry scoped to the session's own case pattern: any (it shares
+the pattern's words with the query, so its score is above zero)."""
+
+
 class LexicalIndex:
     """One kind's entries, grouped by word set, with per-word lists of class numbers.
 
@@ -293,7 +298,10 @@ class MemoryIndex:
     ) -> list[str]:
         """Ids of the ``k`` best ``kind`` entries for ``query`` (:meth:`LexicalIndex.top`);
         with ``case`` (a scoped index only), of the entries that apply to that case: its
-        pattern's and the pattern-free ones, ranked together."""
+        pattern's and the pattern-free ones, ranked together. An entry scoped to the case
+        is relevant by its scope (``at_least`` applies to the pattern-free ones): evolve
+        learned it for that pattern, and a lesson ("finish by calling the summary tool")
+        rarely shares a word with a request beyond the pattern."""
         if case is None:
             return self.postings[kind].top(query, k, at_least)
         if not self.scoped:
@@ -303,7 +311,9 @@ class MemoryIndex:
             for scope in dict.fromkeys((case, ""))
             if (index := self.by_scope.get((kind, scope))) is not None
             for score, i in index.scored(
-                query | content_words(scope) if scope else query, k, at_least
+                query | content_words(scope) if scope else query,
+                k,
+                IN_SCOPE if scope else at_least,
             )
         ]
         return [i for _, i in sorted(found)[:k]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import math
 import re
 import threading
 import time
@@ -155,7 +156,11 @@ class MemoryRetriever:
                 (-score, i)
                 for scope in scopes
                 if (vectors := self._vectors.get((kind, scope))) is not None
-                for score, i in vectors.scored(query_vector, self.k, self.min_relevance)
+                for score, i in vectors.scored(
+                    query_vector,
+                    self.k,
+                    -math.inf if scope and scope != "*" else self.min_relevance,
+                )
             )
             return [entries[i] for _, i in hits[: self.k]]
         scored = [
@@ -164,7 +169,12 @@ class MemoryRetriever:
             if e.kind == kind and e.applies_to(case)
         ]
         best = heapq.nsmallest(self.k, scored, key=lambda t: (-t[0], t[1]))
-        return [entries[i] for rel, i in best if rel >= self.min_relevance]
+        # an entry scoped to the session's case is relevant by its scope (see MemoryIndex.top)
+        return [
+            entries[i]
+            for rel, i in best
+            if rel >= self.min_relevance or (case and case in entries[i].scopes)
+        ]
 
     def _similar(self, query: str, e: MemoryEntry, case: str | None) -> float:
         """``similar(query, e.text)``; the case pattern on both sides when ``e`` is scoped

@@ -21,7 +21,6 @@ from evoharness.evolve.environment import runtime_of
 from evoharness.evolve.prompting.evaluation import Prompted
 from evoharness.evolve.weights import ExpertRound
 from evoharness.sdk.serving.base_models import quiet_threads
-from evoharness.sdk.session import MemorySource
 
 
 def _quiet_libraries() -> None:
@@ -69,7 +68,7 @@ def _layers(chain: Chain) -> None:
         "memory",
         f"memory/{chain.memory_name} via the session door: {summary.split(';')[0]}",
         world,
-        artifacts=[MemorySource(chain.registry, chain.memory_name)],
+        artifacts=[chain.memory_source()],
     )
     rules = steps.reflect(chain, traffic)
     _, arts = chain.kept()

@@ -169,12 +169,17 @@ class Chain:
         """The last layer kept: the configuration every later layer builds on."""
         return next(x for x in reversed(self.layers) if x.kept)
 
+    def memory_source(self) -> MemorySource:
+        """The chain's memory through the session door, with the environment's case key
+        (the one the evolve cycle learned with: a session gets its own pattern's lessons)."""
+        return MemorySource(self.registry, self.memory_name, case_key=self.plugin.case_key)
+
     def kept(self) -> tuple[Any, list[ArtifactSource]]:
         """The environment and artifacts of the kept layers so far."""
         kept = {x.name for x in self.layers if x.kept}
         arts: list[ArtifactSource] = []
         if "memory" in kept:
-            arts.append(MemorySource(self.registry, self.memory_name))
+            arts.append(self.memory_source())
         env: Any = self.world
         if "prompt" in kept:
             env = Prompted(self.world, self.prompt_text)

@@ -26,18 +26,12 @@ REQUEST = "Please find me a beauty item with a total budget of 90 CNY. Direct sh
 
 
 def system_seen(source: Any) -> str:
-    seen: list[str] = []
-
-    def policy(messages: list[BaseMessage]) -> str:
-        first = messages[0]
-        seen.append(str(first.content) if isinstance(first, SystemMessage) else "")
-        return "done"
-
-    agent = create_evo_agent(
-        ScriptedChatModel(policy=policy), system_prompt="You shop.", artifacts=[source]
-    )
-    agent.invoke(REQUEST)
-    return seen[0]
+    """The system message the model got in one session served by ``source``."""
+    seen: list[BaseMessage] = []
+    model = ScriptedChatModel(policy=lambda messages: seen.extend(messages[:1]) or "done")
+    create_evo_agent(model, system_prompt="You shop.", artifacts=[source]).invoke(REQUEST)
+    assert isinstance(seen[0], SystemMessage)
+    return str(seen[0].content)
 
 
 def test_a_replayed_snapshot_serves_its_patterns_lessons_under_the_case_key(

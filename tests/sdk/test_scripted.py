@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
+from evoharness.sdk._reply_model import ReplyChatModel
 from evoharness.sdk.testing import ScriptedChatModel, ScriptExhaustedError
 
 
@@ -74,3 +76,40 @@ def test_tool_call_ids_unchanged_and_reply_copied() -> None:
     out = model.invoke("x")
     assert out.tool_calls[0]["id"] == "keep-me"
     assert reply.usage_metadata is None  # the script entry itself is not mutated
+
+
+class _Blocking(ReplyChatModel):
+    """A model that computes its reply on the calling thread (as a served model does)."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "blocking-test"
+
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> AIMessage:
+        return AIMessage(content="computed")
+
+
+@pytest.mark.parametrize("base", [ScriptedChatModel, _Blocking], ids=["inline", "blocking"])
+def test_a_subclass_wrapping_both_generation_hooks_wraps_each_call_once(base: type) -> None:
+    """A wrapper over ``_generate`` and ``_agenerate`` (the skills bench counts the bound tool
+    schemas there) sees an async call once: the async path must not go through
+    ``self._generate`` (it counted the schemas twice per async call)."""
+    seen: list[str] = []
+
+    class Counting(base):  # type: ignore[misc, valid-type]
+        def _generate(
+            self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any
+        ) -> Any:
+            seen.append("sync")
+            return super()._generate(messages, stop, run_manager, **kw)
+
+        async def _agenerate(
+            self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any
+        ) -> Any:
+            seen.append("async")
+            return await super()._agenerate(messages, stop, run_manager, **kw)
+
+    model = Counting(script=["a", "b"]) if base is ScriptedChatModel else Counting()
+    model.invoke("hi")
+    asyncio.run(model.ainvoke("hi"))
+    assert seen == ["sync", "async"]

@@ -13,7 +13,6 @@ from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackMana
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables.config import run_in_executor
 
 
 class ReplyChatModel(BaseChatModel):
@@ -31,10 +30,6 @@ class ReplyChatModel(BaseChatModel):
         """The reply to ``messages`` (``kwargs``: the call's, e.g. the bound ``tools``)."""
         raise NotImplementedError
 
-    def _result(self, messages: list[BaseMessage], **kwargs: Any) -> ChatResult:
-        """One call's result: the reply as LangChain's generation."""
-        return ChatResult(generations=[ChatGeneration(message=self._reply(messages, **kwargs))])
-
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -42,7 +37,7 @@ class ReplyChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        return self._result(messages, **kwargs)
+        return ChatResult(generations=[ChatGeneration(message=self._reply(messages, **kwargs))])
 
     async def _agenerate(
         self,
@@ -51,8 +46,6 @@ class ReplyChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        # not through self._generate: a subclass that wraps both hooks would wrap one call
-        # twice (a token-counting wrapper counted the bound tools twice per async call)
-        if self.blocking:  # as LangChain's default does: in the default executor
-            return await run_in_executor(None, self._result, messages, **kwargs)
-        return self._result(messages, **kwargs)
+        if self.blocking:  # LangChain's default: _generate in the default executor
+            return await super()._agenerate(messages, stop, run_manager, **kwargs)
+        return self._generate(messages, stop, **kwargs)

@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage
-from langchain_core.outputs import ChatResult
+from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import BaseModel
 
 from evoharness.evolve import (
@@ -76,27 +75,20 @@ BASELINE = "baseline"
 
 class SchemaCountingModel(ScriptedChatModel):
     """The offline policy, with the bound tool schemas counted as input tokens too (a
-    provider bills them on every call; the workflow tools are part of what skills cost)."""
+    provider bills them on every call; the workflow tools are part of what skills cost).
 
-    def _count(self, result: ChatResult, tools: Any) -> ChatResult:
-        extra = approx_tokens(json.dumps(tools or [], sort_keys=True))
-        for g in result.generations:
-            usage = getattr(g.message, "usage_metadata", None)
-            if usage:
-                usage["input_tokens"] += extra
-                usage["total_tokens"] += extra
-        return result
+    It wraps :meth:`_reply`, which the sync and the async call each run once (wrapping both
+    ``_generate`` and ``_agenerate`` counted an async call twice: the async path runs
+    ``_generate``, as LangChain's default does)."""
 
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
-    ) -> ChatResult:
-        return self._count(super()._generate(messages, stop, run_manager, **kw), kw.get("tools"))
-
-    async def _agenerate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
-    ) -> ChatResult:
-        got = await super()._agenerate(messages, stop, run_manager, **kw)
-        return self._count(got, kw.get("tools"))
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> AIMessage:
+        message = super()._reply(messages, **kwargs)
+        usage = message.usage_metadata
+        if usage:
+            extra = approx_tokens(json.dumps(kwargs.get("tools") or [], sort_keys=True))
+            usage["input_tokens"] += extra
+            usage["total_tokens"] += extra
+        return message
 
 
 def counting(factory: Callable[[], BaseChatModel]) -> Callable[[], BaseChatModel]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from evoharness.evolve.benchmarks import skills
 
@@ -37,3 +38,35 @@ def test_bench_compares_the_arms_paired_and_ends_with_the_summary_line(tmp_path:
     assert result.pooled.calls_ratio < 1.0
     assert any("SIMULATED" in line for line in lines)
     assert (tmp_path / "desk" / "registry.db").is_file()  # the work dir was used
+
+
+def test_the_counting_model_adds_the_bound_schemas_once_per_call_sync_and_async() -> None:
+    """The bound tool schemas are billed once per call, on the sync and the async path alike
+    (wrapping both generation hooks counted an async call twice: token_ratio 0.334)."""
+    import asyncio
+    import json
+
+    from langchain_core.tools import tool
+
+    from evoharness.evolve.benchmarks.skills import SchemaCountingModel
+    from evoharness.harness import approx_tokens
+    from evoharness.sdk.testing import ScriptedChatModel
+
+    @tool
+    def lookup(order_id: str) -> str:
+        """Look an order up."""
+        return "ok"
+
+    def usage(model: Any, asynchronous: bool) -> int:
+        bound = model.bind_tools([lookup])
+        reply = asyncio.run(bound.ainvoke("hi")) if asynchronous else bound.invoke("hi")
+        return int(reply.usage_metadata["input_tokens"])
+
+    plain = usage(ScriptedChatModel(script=["x"]), False)
+    schema = approx_tokens(
+        json.dumps(
+            ScriptedChatModel(script=["x"]).bind_tools([lookup]).kwargs["tools"], sort_keys=True
+        )
+    )
+    assert usage(SchemaCountingModel(script=["x"]), False) == plain + schema
+    assert usage(SchemaCountingModel(script=["x"]), True) == plain + schema

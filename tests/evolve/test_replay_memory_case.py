@@ -19,10 +19,10 @@ from evoharness.sdk.testing import ScriptedChatModel
 LESSON = MemoryEntry(
     kind="lesson",
     summary="Always finish by calling shopping_summary with the picks.",
-    patterns=["beauty"],
+    patterns=["kitchen"],
     confidence=0.7,
 )
-REQUEST = "Please find me a beauty item with a total budget of 90 CNY. Direct shipping only."
+REQUEST = "Please find me a kettle with a total budget of 90 CNY. Direct shipping only."
 
 
 def system_seen(source: Any) -> str:
@@ -42,7 +42,7 @@ def test_a_replayed_snapshot_serves_its_patterns_lessons_under_the_case_key(
     version = memory.replace({LESSON.id: LESSON})
     memory.close()
 
-    with_key = fixed_source(registry, MEMORY, "shop", version, case_key=lambda q: "beauty")
+    with_key = fixed_source(registry, MEMORY, "shop", version, case_key=lambda q: "kitchen")
     assert LESSON.summary in system_seen(with_key)
     other = fixed_source(registry, MEMORY, "shop", version, case_key=lambda q: "toys")
     assert LESSON.summary not in system_seen(other)  # another pattern's session: not served

@@ -148,6 +148,7 @@ _CACHE_LOCK = threading.Lock()
 _ENVS: dict[str, Any] = {}
 _STORES: dict[str, Any] = {}
 _REGISTRIES: dict[str, Any] = {}
+_SOURCES: dict[str, Any] = {}
 
 
 def _runtime(item: EvalItem) -> tuple[Any, frozenset[str]]:
@@ -175,22 +176,30 @@ def _runtime(item: EvalItem) -> tuple[Any, frozenset[str]]:
 
 def _memory_source(pin: MemoryPin, env: str) -> Any:
     """The session source serving ``pin`` with the case key of the plugin ``env`` (the
-    one its memory was learned with; its registry opened once per process)."""
+    one its memory was learned with); built once per process and pin (the registry opened,
+    the plugin loaded and the snapshot indexed once, not per evaluated run)."""
     from evoharness.evolve.environment import load_plugin
     from evoharness.evolve.promotion import fixed_source
     from evoharness.sdk.memory import MEMORY
     from evoharness.sdk.registry import open_registry
 
-    plugin = load_plugin(env)
-
-    def case_key(query: str) -> str:
-        return plugin.case_key(query, {})
-
+    key = json.dumps([pin.registry, pin.name, pin.version, env])
     with _CACHE_LOCK:
+        source = _SOURCES.get(key)
+        if source is not None:
+            return source
         registry = _REGISTRIES.get(pin.registry)
         if registry is None:
             registry = _REGISTRIES[pin.registry] = open_registry(pin.registry)
-    return fixed_source(registry, MEMORY, pin.name, pin.version, case_key=case_key)
+        plugin = load_plugin(env)
+
+        def case_key(query: str) -> str:
+            return plugin.case_key(query, {})
+
+        source = _SOURCES[key] = fixed_source(
+            registry, MEMORY, pin.name, pin.version, case_key=case_key
+        )
+        return source
 
 
 def worker_trace_store(path: str) -> Any:
@@ -212,6 +221,7 @@ def close_worker_caches() -> None:
             s.close()
         _STORES.clear()
         _REGISTRIES.clear()
+        _SOURCES.clear()
         _ENVS.clear()
 
 
